@@ -1,0 +1,110 @@
+//! Starting the shards: one glommio `LocalExecutor` per CPU, each pinned to its CPU.
+//!
+//! Invariants: never more shards than online CPUs; each shard's io_uring registered buffer
+//! arena stays at `io_memory_bytes` (locked memory is scarce: 8 MiB per process on small
+//! hosts), and glommio falls back to ordinary aligned allocations beyond it.
+
+use std::future::Future;
+
+use glommio::{CpuSet, LocalExecutorBuilder, Placement};
+use thiserror::Error;
+
+use crate::ShardId;
+
+#[derive(Clone, Debug)]
+pub struct ShardsConfig {
+    pub shard_count: usize,
+    /// Registered (locked) io memory per shard.
+    pub io_memory_bytes: usize,
+    /// Depth of each io_uring ring.
+    pub ring_depth: usize,
+}
+
+#[derive(Error, Debug)]
+pub enum StartError {
+    #[error("asked for {requested} shards but only {online} CPUs are online")]
+    TooManyShards { requested: usize, online: usize },
+    #[error("no shards requested")]
+    NoShards,
+    #[error("cannot start shard {shard}: {message}")]
+    Spawn { shard: ShardId, message: String },
+    #[error("shard {0} panicked")]
+    Panicked(ShardId),
+}
+
+/// Online CPU ids, in ascending order.
+pub fn online_cpus() -> Vec<usize> {
+    let mut cpus: Vec<usize> = match CpuSet::online() {
+        Ok(set) => set.into_iter().map(|location| location.cpu).collect(),
+        Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    };
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
+}
+
+/// Runs `shard_main(id)` on every shard and waits for all of them to return.
+pub fn run_shards<G, F, T>(config: &ShardsConfig, shard_main: G) -> Result<Vec<T>, StartError>
+where
+    G: Fn(ShardId) -> F + Send + Clone + 'static,
+    F: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let cpus = online_cpus();
+    if config.shard_count == 0 {
+        return Err(StartError::NoShards);
+    }
+    if config.shard_count > cpus.len() {
+        return Err(StartError::TooManyShards {
+            requested: config.shard_count,
+            online: cpus.len(),
+        });
+    }
+    let mut handles = Vec::with_capacity(config.shard_count);
+    for (shard, cpu) in cpus.iter().copied().take(config.shard_count).enumerate() {
+        let shard_main = shard_main.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("shard-{shard}"))
+            .io_memory(config.io_memory_bytes)
+            .ring_depth(config.ring_depth)
+            .spawn(move || shard_main(shard))
+            .map_err(|error| StartError::Spawn {
+                shard,
+                message: error.to_string(),
+            })?;
+        handles.push(handle);
+    }
+    let mut outputs = Vec::with_capacity(handles.len());
+    for (shard, handle) in handles.into_iter().enumerate() {
+        outputs.push(handle.join().map_err(|_| StartError::Panicked(shard))?);
+    }
+    Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_one_future_per_shard() {
+        let config = ShardsConfig {
+            shard_count: 1,
+            io_memory_bytes: 1 << 16,
+            ring_depth: 32,
+        };
+        let outputs = run_shards(&config, |shard| async move { shard * 10 }).expect("run");
+        assert_eq!(outputs, vec![0]);
+    }
+
+    #[test]
+    fn refuses_more_shards_than_cpus() {
+        let requested = online_cpus().len() + 1;
+        let config = ShardsConfig {
+            shard_count: requested,
+            io_memory_bytes: 1 << 16,
+            ring_depth: 32,
+        };
+        let result = run_shards(&config, |_| async {});
+        assert!(matches!(result, Err(StartError::TooManyShards { .. })));
+    }
+}
