@@ -1,1 +1,3 @@
+#![allow(dead_code)]
+mod encode;
 fn main() {}
