@@ -1,1 +1,26 @@
-//! placeholder
+//! ① The Kafka wire protocol: bytes on a socket become typed requests, and typed
+//! responses become bytes again, in request order.
+//!
+//! Invariants:
+//! - A frame is checked complete and within `socket.request.max.bytes` before anything is
+//!   parsed or allocated for it ([`frame`]).
+//! - Message bodies are decoded and encoded only by the `kafka-protocol` crate, which is
+//!   generated from Kafka's own message descriptors; this crate adds framing, version
+//!   checks and the connection loop.
+//! - Every request a connection reads gets exactly one answer slot, and answers leave in the
+//!   order the requests arrived, however many are being handled at once ([`connection`]).
+//! - The versions a client may use are the ones the broker says it implements
+//!   ([`SupportedApis`]); anything else is refused the way Kafka refuses it.
+
+pub mod connection;
+pub mod frame;
+pub mod request;
+pub mod response;
+pub mod versions;
+
+pub use connection::{serve_connection, ConnectionLimits, Handler, Reply};
+pub use request::{decode_request, DecodeError, Request};
+pub use response::encode_response;
+pub use versions::SupportedApis;
+
+pub use kafka_protocol;

@@ -1,0 +1,280 @@
+//! One client connection: read frames, hand each request to the broker, write the
+//! answers back in request order.
+//!
+//! ```text
+//!   socket ─▶ reader ──(slot per request, in arrival order)──▶ writer ─▶ socket
+//!               │  spawn handler task ─────────────────────────────▲ await in order
+//! ```
+//!
+//! Invariants:
+//! - Pipelining: up to `in_flight_max` requests of one connection are handled at once, but
+//!   the writer awaits the slots strictly in arrival order, so answers leave in order.
+//! - Memory: a frame's body is admitted only after its bytes are reserved from the shard's
+//!   request budget (a semaphore shared by every connection of the shard), and the
+//!   reservation lives until the answer is written. No client can make the shard hold more
+//!   than the budget, and none can hold more than `request_bytes_max` for one frame.
+//! - A connection that breaks the protocol (oversized, truncated or unparsable frames,
+//!   unknown keys or versions) is closed after the answers already owed are written; the
+//!   problem is logged once, and nothing else on the shard is affected.
+//! - The socket is shared by the two halves through `Rc<RefCell<_>>`; a borrow lasts one
+//!   `poll_*` call and never spans an `.await`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::TcpStream;
+use glommio::sync::{Semaphore, StaticPermit};
+use glommio::task::JoinHandle;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use tracing::{debug, warn};
+
+use crate::frame::{self, Check, LENGTH_PREFIX_BYTES};
+use crate::request::{decode_request, DecodeError, Request};
+use crate::response::{encode_response, encode_unsupported_api_versions};
+use crate::SupportedApis;
+
+/// Bytes asked of the socket per read when no frame length is known yet.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// What the broker does with a request.
+pub enum Reply {
+    /// Send this response.
+    Respond(ResponseKind),
+    /// Send nothing (a Produce with acks=0 that succeeded).
+    Silent,
+    /// Close the connection after the answers already owed (a failed acks=0 produce,
+    /// which Kafka signals by closing).
+    Close,
+}
+
+/// The broker side of a connection: one call per decoded request.
+pub trait Handler: 'static {
+    fn handle(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Reply>>>;
+}
+
+#[derive(Clone, Debug)]
+pub struct ConnectionLimits {
+    /// `socket.request.max.bytes`: the largest frame body accepted.
+    pub request_bytes_max: usize,
+    /// Requests of one connection handled at once.
+    pub in_flight_max: usize,
+    /// `connections.max.idle.ms`: a connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// An answer slot: either a handler still working, or bytes ready to go.
+enum Slot {
+    Pending {
+        api_key: ApiKey,
+        api_version: i16,
+        correlation_id: i32,
+        task: JoinHandle<Reply>,
+    },
+    Ready(BytesMut),
+}
+
+/// Serves `stream` until the client leaves or breaks the protocol.
+pub async fn serve_connection<H: Handler>(
+    stream: TcpStream,
+    handler: Rc<H>,
+    apis: Rc<SupportedApis>,
+    limits: ConnectionLimits,
+    request_budget: Rc<Semaphore>,
+) -> io::Result<()> {
+    assert!(limits.in_flight_max > 0);
+    assert!(
+        request_budget.available() >= limits.request_bytes_max as u64,
+        "the shard budget must admit the largest frame"
+    );
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(limits.idle_timeout))?;
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let stream = Rc::new(RefCell::new(stream));
+    let (slots_tx, slots_rx) = local_channel::new_bounded(limits.in_flight_max);
+    let writer = glommio::spawn_local(write_answers(Half(stream.clone()), slots_rx));
+    let read_result = read_requests(
+        Half(stream.clone()),
+        handler,
+        &apis,
+        &limits,
+        &request_budget,
+        slots_tx,
+        &peer,
+    )
+    .await;
+    // The sender is gone now; the writer finishes the answers owed and stops.
+    let write_result = writer.await;
+    let _ = stream.borrow().shutdown(std::net::Shutdown::Both).await;
+    match (read_result, write_result) {
+        (Err(error), _) | (_, Err(error)) if !is_disconnect(&error) => Err(error),
+        _ => Ok(()),
+    }
+}
+
+async fn read_requests<H: Handler>(
+    mut socket: Half,
+    handler: Rc<H>,
+    apis: &Rc<SupportedApis>,
+    limits: &ConnectionLimits,
+    request_budget: &Rc<Semaphore>,
+    slots: local_channel::LocalSender<(Slot, Option<StaticPermit>)>,
+    peer: &str,
+) -> io::Result<()> {
+    let mut buffered = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        let body_bytes = loop {
+            match frame::check(&buffered, limits.request_bytes_max) {
+                Ok(Check::Complete { body_bytes }) => break body_bytes,
+                Ok(Check::NeedPrefix) => {
+                    if fill(&mut socket, &mut buffered, READ_CHUNK_BYTES).await? == 0 {
+                        if !buffered.is_empty() {
+                            warn!(peer, "connection closed inside a frame prefix");
+                        }
+                        return Ok(());
+                    }
+                }
+                Ok(Check::Incomplete { missing_bytes, .. }) => {
+                    let want = missing_bytes.clamp(1, READ_CHUNK_BYTES.max(missing_bytes));
+                    if fill(&mut socket, &mut buffered, want).await? == 0 {
+                        warn!(peer, missing_bytes, "connection closed inside a frame");
+                        return Ok(());
+                    }
+                }
+                Err(error) => {
+                    warn!(peer, %error, "closing connection");
+                    return Ok(());
+                }
+            }
+        };
+        // Reserve before decoding: the frame stays alive until its answer is written.
+        let permit = request_budget
+            .acquire_static_permit(body_bytes as u64)
+            .await
+            .map_err(|_| io::Error::other("request budget closed"))?;
+        buffered.advance(LENGTH_PREFIX_BYTES);
+        let body = buffered.split_to(body_bytes).freeze();
+        let slot = match decode_request(body, apis) {
+            Ok(request) => Slot::Pending {
+                api_key: request.api_key,
+                api_version: request.api_version,
+                correlation_id: request.correlation_id,
+                task: glommio::spawn_local(handler.clone().handle(request)).detach(),
+            },
+            Err(DecodeError::UnsupportedApiVersions {
+                api_version,
+                correlation_id,
+            }) => {
+                debug!(
+                    peer,
+                    api_version, "ApiVersions version not supported; answering v0"
+                );
+                let mut out = BytesMut::new();
+                encode_unsupported_api_versions(correlation_id, apis, &mut out)
+                    .map_err(io::Error::other)?;
+                Slot::Ready(out)
+            }
+            Err(error) => {
+                warn!(peer, %error, "closing connection");
+                return Ok(());
+            }
+        };
+        if slots.send((slot, Some(permit))).await.is_err() {
+            return Ok(()); // the writer stopped: the client is gone
+        }
+    }
+}
+
+async fn write_answers(
+    mut socket: Half,
+    slots: local_channel::LocalReceiver<(Slot, Option<StaticPermit>)>,
+) -> io::Result<()> {
+    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    while let Some((slot, permit)) = slots.recv().await {
+        match slot {
+            Slot::Ready(bytes) => out = bytes,
+            Slot::Pending {
+                api_key,
+                api_version,
+                correlation_id,
+                task,
+            } => {
+                let reply = task.await;
+                match reply {
+                    Some(Reply::Respond(body)) => {
+                        out.clear();
+                        encode_response(api_key, api_version, correlation_id, &body, &mut out)
+                            .map_err(io::Error::other)?;
+                    }
+                    Some(Reply::Silent) => continue,
+                    Some(Reply::Close) | None => return Ok(()),
+                }
+            }
+        }
+        socket.write_all(&out).await?;
+        drop(permit);
+    }
+    socket.flush().await
+}
+
+/// Reads at least one byte (up to `want`) onto the end of `buffered`; 0 means end of stream.
+async fn fill(socket: &mut Half, buffered: &mut BytesMut, want: usize) -> io::Result<usize> {
+    let start = buffered.len();
+    buffered.resize(start + want, 0);
+    let result = socket.read(&mut buffered[start..]).await;
+    let read_bytes = *result.as_ref().unwrap_or(&0);
+    buffered.truncate(start + read_bytes);
+    result
+}
+
+fn is_disconnect(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::TimedOut
+            | io::ErrorKind::NotConnected
+    )
+}
+
+/// One side of a socket shared by the reader and the writer.
+struct Half(Rc<RefCell<TcpStream>>);
+
+impl AsyncRead for Half {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Half {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
+    }
+}
