@@ -46,8 +46,8 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// What the broker does with a request.
 pub enum Reply {
-    /// Send this response.
-    Respond(ResponseKind),
+    /// Send this response (boxed: responses are large and move between tasks).
+    Respond(Box<ResponseKind>),
     /// Send nothing (a Produce with acks=0 that succeeded).
     Silent,
     /// Close the connection after the answers already owed (a failed acks=0 produce,
@@ -115,7 +115,8 @@ pub async fn serve_connection<H: Handler>(
     .await;
     // The sender is gone now; the writer finishes the answers owed and stops.
     let write_result = writer.await;
-    let _ = stream.borrow().shutdown(std::net::Shutdown::Both).await;
+    // Both halves are done; dropping the last handle closes the socket.
+    drop(stream);
     match (read_result, write_result) {
         (Err(error), _) | (_, Err(error)) if !is_disconnect(&error) => Err(error),
         _ => Ok(()),
