@@ -12,8 +12,10 @@ pub mod executor;
 pub mod mesh;
 pub mod notify;
 pub mod placement;
+pub mod router;
 
 pub use executor::{run_shards, ShardsConfig};
 pub use mesh::{Endpoint, Mesh, SendError};
 pub use notify::Notify;
 pub use placement::{shard_for, ShardId};
+pub use router::{Job, Router, ShardStopped};

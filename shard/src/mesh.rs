@@ -83,9 +83,42 @@ impl<T> Endpoint<T> {
             })
     }
 
+    /// A `Send` handle for threads outside the mesh.
+    pub fn remote(&self) -> Remote<T> {
+        Remote {
+            senders: self.senders.clone(),
+        }
+    }
+
     /// The next message for this shard; `None` once every sender is gone.
     pub async fn recv(&self) -> Option<T> {
         self.inbox.recv_async().await.ok()
+    }
+}
+
+/// Sends into the mesh from outside it (the launching thread, a signal handler thread).
+pub struct Remote<T> {
+    senders: Vec<flume::Sender<T>>,
+}
+
+impl<T> Clone for Remote<T> {
+    fn clone(&self) -> Self {
+        Remote {
+            senders: self.senders.clone(),
+        }
+    }
+}
+
+impl<T> Remote<T> {
+    pub fn shard_count(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Blocks the calling (non-shard) thread until `target` has room.
+    pub fn send_blocking(&self, target: ShardId, message: T) -> Result<(), SendError<T>> {
+        self.senders[target]
+            .send(message)
+            .map_err(|flume::SendError(message)| SendError::Stopped(target, message))
     }
 }
 
