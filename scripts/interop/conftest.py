@@ -1,0 +1,212 @@
+"""Starts and stops real ringlog brokers for the interop tests.
+
+Each broker runs as a child process of pytest on a free 127.0.0.1 port with its
+own temporary log dir, configured only through `--set` flags with Kafka's
+config names, exactly as a user would start it. Readiness is the port
+accepting a TCP connection, polled against a deadline. The broker's stderr goes
+to a file; when a test fails, the tail of every broker it started is attached
+to the failure report. Stopping is SIGTERM, a bounded wait, then SIGKILL, and a
+broker that needed SIGKILL, or that panicked, fails the test that owned it: a
+clean shutdown is part of the contract. `Broker.restart()` reuses the same data
+dir and port, and `Broker.kill9()` crashes it for the recovery tests.
+
+The binary comes from RINGLOG_BIN (scripts/test.sh passes the release build).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+LOG_TAIL_LINES = 150
+
+# Every broker started in this pytest process, for failure reports.
+_BROKERS = []
+
+
+def ringlog_bin() -> Path:
+    env = os.environ.get("RINGLOG_BIN")
+    path = Path(env) if env else REPO / "target" / "release" / "ringlog"
+    if not path.is_absolute():
+        path = REPO / path
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"broker binary {path} is missing: run `cargo build --release -p broker` "
+                    f"or set RINGLOG_BIN", pytrace=False)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    """One ringlog node. Settings are Kafka config names, passed as --set."""
+
+    def __init__(self, workdir: Path, io_mode="direct", cores=2, settings=None, name="broker",
+                 extra_args=()):
+        self.binary = ringlog_bin()
+        self.name = name
+        self.data_dir = workdir / f"{name}-data"
+        self.log_path = workdir / f"{name}.stderr"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.io_mode = io_mode
+        self.cores = cores
+        self.settings = {
+            "log.dirs": str(self.data_dir),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.io.mode": io_mode,
+        }
+        self.settings.update(settings or {})
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.starts = 0
+        _BROKERS.append(self)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self):
+        cmd = [str(self.binary), "serve", "--cores", str(self.cores)] + self.extra_args
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self, ready_timeout=READY_TIMEOUT_S):
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        self.starts += 1
+        env = dict(os.environ)
+        env.setdefault("RUST_LOG", "info")
+        env.setdefault("RUST_BACKTRACE", "1")
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, env=env, cwd=self.data_dir.parent)
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise AssertionError(f"{self.name} exited with {rc} before accepting "
+                                     f"connections (its stderr is attached below)")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill9()
+                raise AssertionError(f"{self.name} did not accept connections on {self.bootstrap} "
+                                     f"within {ready_timeout}s")
+            time.sleep(0.05)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
+        """Asks the broker to shut down; returns (exit code, needed SIGKILL)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return (None if self.proc is None else self.proc.returncode), False
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout), False
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10), True
+
+    def stop_cleanly(self, sig=signal.SIGTERM):
+        rc, killed = self.stop(sig)
+        assert not killed, f"{self.name} ignored {sig.name} for {STOP_TIMEOUT_S}s and was killed"
+        assert rc == 0, f"{self.name} exited with {rc} after {sig.name}"
+
+    def kill9(self):
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self):
+        """Clean stop, then start again on the same data dir and port."""
+        self.stop_cleanly()
+        return self.start()
+
+    def crash_restart(self):
+        self.kill9()
+        return self.start()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines=LOG_TAIL_LINES) -> str:
+        tail = self.log_text().splitlines()[-lines:]
+        return f"--- last {len(tail)} lines of {self.log_path} ---\n" + "\n".join(tail)
+
+    def panics(self):
+        return [line for line in self.log_text().splitlines() if "panicked at" in line]
+
+
+def finish(broker: Broker):
+    """Teardown check shared by all fixtures: no panic, clean SIGTERM shutdown."""
+    was_alive = broker.alive()
+    rc, killed = broker.stop()
+    problems = []
+    if broker.panics():
+        problems.append(f"{broker.name} panicked: {broker.panics()[:3]}")
+    if was_alive and killed:
+        problems.append(f"{broker.name} ignored SIGTERM for {STOP_TIMEOUT_S}s and was killed")
+    elif was_alive and rc != 0:
+        problems.append(f"{broker.name} exited with {rc} after SIGTERM")
+    if problems:
+        pytest.fail("; ".join(problems) + "\n" + broker.log_tail(), pytrace=False)
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """start_broker(io_mode="direct", cores=2, settings={...}, extra_args=[...])
+    -> a running Broker."""
+    started = []
+
+    def start_broker(io_mode="direct", cores=2, settings=None, extra_args=()):
+        b = Broker(tmp_path, io_mode, cores, settings, name=f"broker{len(started)}",
+                   extra_args=extra_args)
+        started.append(b)
+        return b.start()
+
+    yield start_broker
+    for b in started:
+        finish(b)
+
+
+@pytest.fixture
+def broker(request, broker_factory):
+    """A running broker; parametrize indirectly with a dict of
+    io_mode / cores / settings to change it."""
+    params = getattr(request, "param", None) or {}
+    return broker_factory(**params)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for b in _BROKERS:
+            if b.starts and b.log_path.exists():
+                report.sections.append((f"{b.name} stderr ({b.io_mode}, {b.cores} cores)",
+                                        b.log_tail()))
+    if report.when == "teardown":
+        # Brokers of finished function-scoped tests are no longer interesting.
+        _BROKERS[:] = [b for b in _BROKERS if b.alive()]

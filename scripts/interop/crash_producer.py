@@ -1,0 +1,67 @@
+"""Child process of test_crash.py: an acks=all produce loop that writes down
+each acknowledgement as it arrives.
+
+Usage: crash_producer.py BOOTSTRAP TOPIC ACK_FILE SECONDS_MAX FIRST_SEQ
+
+Records are keyed k0..k19 with values "key:seq"; seq counts up per key from
+FIRST_SEQ. Each delivery callback without error appends
+"key seq partition offset" to ACK_FILE and flushes, so the file is the exact
+set of messages the broker has promised to keep, up to the moment the broker
+dies. Retries are off, so a record appears in the log at most once and
+per-key order in the log is produce order. The loop ends after SECONDS_MAX or
+at the first failed delivery (the broker is gone), then drains with a bounded
+flush. Exit status 0 unless the producer could not be set up.
+"""
+
+import sys
+import time
+
+from confluent_kafka import Producer
+
+KEYS = 20
+
+
+def main():
+    bootstrap, topic, ack_path, seconds_max, first_seq = sys.argv[1:]
+    deadline = time.monotonic() + float(seconds_max)
+    prod = Producer({
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "enable.idempotence": False,
+        "retries": 0,
+        "linger.ms": 2,
+        "message.timeout.ms": 5000,
+        "reconnect.backoff.max.ms": 500,
+    })
+    failures = 0
+    acked = 0
+    with open(ack_path, "a") as out:
+        def on_delivery(err, msg):
+            nonlocal failures, acked
+            if err is not None:
+                failures += 1
+                return
+            key, seq = msg.value().decode().split(":")
+            out.write(f"{key} {seq} {msg.partition()} {msg.offset()}\n")
+            out.flush()
+            acked += 1
+
+        seq = int(first_seq)
+        while failures == 0 and time.monotonic() < deadline:
+            for k in range(KEYS):
+                value = f"k{k}:{seq}".encode()
+                while True:
+                    try:
+                        prod.produce(topic, key=b"k%d" % k, value=value, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        prod.poll(0.01)
+            seq += 1
+            prod.poll(0)
+        prod.flush(15)
+    print(f"crash_producer: acked={acked} failed={failures} last_seq={seq - 1}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""confluent-kafka (a current librdkafka) against a single ringlog node.
+
+Goal: a real, unmodified Kafka client can do the everyday things a user does —
+create a topic, produce keyed data with acks=all, read it back in order, find
+offsets by timestamp, survive a broker restart, and administer topics — and the
+data it reads is exactly the data it wrote.
+
+Method: every check compares what the client was told when it wrote (the
+delivery reports: partition and offset per record) with what it reads back.
+Keys are placed by `partitioner=murmur2_random`, which must agree with the Java
+client's default partitioner; partitioner.py recomputes that mapping
+independently. The 100,000-message round trip runs in both log.io.mode values.
+"""
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic, ResourceType
+
+import kafka_wire as wire
+from clients import (admin, consume_all, consumer, create_topic, produce_all, producer,
+                     topic_partitions, unique_topic, wait_for, watermarks)
+from partitioner import java_partition
+
+KEYS = 1000
+PER_KEY = 100  # KEYS * PER_KEY = 100,000 messages
+PARTITIONS = 3
+
+
+def keyed_messages(topic):
+    """Round-robin over keys so each key's sequence numbers interleave with the
+    others'; the value carries the key's sequence number and some padding."""
+    pad = b"x" * 64
+    for seq in range(PER_KEY):
+        for k in range(KEYS):
+            key = b"key-%d" % k
+            yield {"topic": topic, "key": key, "value": b"%s:%d:%s" % (key, seq, pad)}
+
+
+def seq_of(value: bytes) -> int:
+    return int(value.split(b":")[1])
+
+
+def check_partition_contents(by_partition, expected_total):
+    """Count, contiguous offsets from 0, per-key sequence order, Java placement."""
+    total = sum(len(recs) for recs in by_partition.values())
+    assert total == expected_total, f"read {total} records, wrote {expected_total}"
+    for p, recs in by_partition.items():
+        offsets = [r.offset for r in recs]
+        assert offsets == list(range(len(recs))), (
+            f"partition {p}: offsets are not 0..{len(recs) - 1} in order "
+            f"(first break near {next(i for i, o in enumerate(offsets) if o != i)})")
+        last_seq = {}
+        for r in recs:
+            assert java_partition(r.key, PARTITIONS) == p, (
+                f"key {r.key!r} read from partition {p}, Java would use "
+                f"{java_partition(r.key, PARTITIONS)}")
+            assert r.value.startswith(r.key + b":"), f"value {r.value[:30]!r} not for key {r.key!r}"
+            seq = seq_of(r.value)
+            assert seq == last_seq.get(r.key, -1) + 1, (
+                f"partition {p} offset {r.offset}: key {r.key!r} seq {seq} follows "
+                f"seq {last_seq.get(r.key)}")
+            last_seq[r.key] = seq
+    return total
+
+
+@pytest.mark.parametrize("io_mode", ["direct", "buffered"])
+def test_100k_keyed_acks_all_round_trip_and_restart(broker_factory, io_mode):
+    broker = broker_factory(io_mode=io_mode, cores=2)
+    topic = unique_topic("keyed")
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+
+    reports = produce_all(producer(broker.bootstrap, acks="all"), keyed_messages(topic),
+                          timeout=300)
+    assert len(reports) == KEYS * PER_KEY
+    wrong = [r for r in reports if r.partition != java_partition(r.key, PARTITIONS)]
+    assert not wrong, (f"{len(wrong)} keys placed unlike the Java partitioner, e.g. "
+                       f"{wrong[0].key!r} -> {wrong[0].partition}")
+    acked_at = {(r.partition, r.offset): (r.key, r.value) for r in reports}
+    assert len(acked_at) == len(reports), "two acknowledgements named the same offset"
+
+    first = consume_all(broker.bootstrap, topic, PARTITIONS, timeout=180)
+    check_partition_contents(first, KEYS * PER_KEY)
+    for p, recs in first.items():
+        for r in recs:
+            assert acked_at[(p, r.offset)] == (r.key, r.value), (
+                f"partition {p} offset {r.offset} holds {r.key!r}, was acked as "
+                f"{acked_at[(p, r.offset)][0]!r}")
+
+    broker.restart()
+    assert watermarks(broker.bootstrap, topic, PARTITIONS) == {
+        p: (0, len(first[p])) for p in range(PARTITIONS)}, "watermarks changed across restart"
+    again = consume_all(broker.bootstrap, topic, PARTITIONS, timeout=180)
+    for p in range(PARTITIONS):
+        assert [r.as_tuple() for r in again[p]] == [r.as_tuple() for r in first[p]], (
+            f"partition {p} reads differently after a restart")
+
+
+def test_offsets_for_times_finds_the_first_record_at_or_after(broker):
+    """ListOffsets by timestamp returns, per partition, the first record whose
+    timestamp is >= the target (a record offset, not a batch's base offset),
+    and -1 past the end; before and after a restart."""
+    topic = unique_topic("times")
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    base = int(time.time() * 1000) - 3_600_000
+    count = 600
+    msgs = [{"topic": topic, "key": b"k%d" % (i % 50), "value": b"v%d" % i,
+             "timestamp": base + 10 * i} for i in range(count)]
+    reports = produce_all(producer(broker.bootstrap, **{"linger.ms": 50}), msgs)
+    for r in reports:
+        assert r.timestamp == base + 10 * int(r.value[1:]), "CreateTime was not kept"
+
+    def expected_offsets(target):
+        out = {}
+        for p in range(PARTITIONS):
+            hits = [r.offset for r in reports if r.partition == p and r.timestamp >= target]
+            out[p] = min(hits) if hits else -1
+        return out
+
+    def lookup(target):
+        c = consumer(broker.bootstrap)
+        try:
+            found = c.offsets_for_times([TopicPartition(topic, p, target)
+                                         for p in range(PARTITIONS)], timeout=10)
+        finally:
+            c.close()
+        for tp in found:
+            assert tp.error is None, f"offsets_for_times error on partition {tp.partition}: {tp.error}"
+        return {tp.partition: tp.offset for tp in found}
+
+    targets = [base - 1, base + 10 * 300 + 5, base + 10 * 599, base + 10 * count + 1]
+    for attempt in ("before restart", "after restart"):
+        for target in targets:
+            assert lookup(target) == expected_offsets(target), (
+                f"{attempt}: offsets for timestamp base+{target - base}")
+        if attempt == "before restart":
+            broker.restart()
+
+    target = targets[1]
+    start = expected_offsets(target)
+    got = consume_all(broker.bootstrap, topic, PARTITIONS, start=start)
+    read = sorted(r.timestamp for recs in got.values() for r in recs)
+    assert read == sorted(r.timestamp for r in reports if r.timestamp >= target), (
+        "consuming from the looked-up offsets did not yield exactly the records at or "
+        "after the timestamp")
+
+
+def test_delete_then_recreate_topic_starts_empty(broker):
+    topic = unique_topic("delete")
+    create_topic(broker.bootstrap, topic, 2)
+    produce_all(producer(broker.bootstrap), [{"topic": topic, "key": b"k%d" % i, "value": b"v"}
+                                             for i in range(100)])
+    a = admin(broker.bootstrap)
+    a.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    wait_for(lambda: topic_partitions(a, topic) is None, 30, f"{topic} to leave Metadata")
+
+    with pytest.raises(KafkaException) as err:
+        a.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    assert err.value.args[0].code() == 3, f"deleting a missing topic: {err.value}"
+
+    create_topic(broker.bootstrap, topic, 3)
+    assert watermarks(broker.bootstrap, topic, 3) == {0: (0, 0), 1: (0, 0), 2: (0, 0)}, (
+        "a recreated topic must not see the deleted topic's data")
+    produce_all(producer(broker.bootstrap), [{"topic": topic, "key": b"n", "value": b"new"}])
+    got = consume_all(broker.bootstrap, topic, 3)
+    assert [(r.key, r.value) for recs in got.values() for r in recs] == [(b"n", b"new")]
+
+
+def test_create_partitions_grows_a_topic_and_keeps_its_data(broker):
+    topic = unique_topic("grow")
+    create_topic(broker.bootstrap, topic, 2)
+    before = produce_all(producer(broker.bootstrap),
+                         [{"topic": topic, "key": b"k%d" % i, "value": b"old%d" % i}
+                          for i in range(200)])
+    a = admin(broker.bootstrap)
+    a.create_partitions([NewPartitions(topic, 5)], operation_timeout=30)[topic].result(30)
+    wait_for(lambda: topic_partitions(a, topic) == 5, 30, f"{topic} to have 5 partitions")
+
+    with pytest.raises(KafkaException) as err:
+        a.create_partitions([NewPartitions(topic, 3)], operation_timeout=30)[topic].result(30)
+    assert err.value.args[0].code() == 37, f"shrinking must be INVALID_PARTITIONS: {err.value}"
+
+    produce_all(producer(broker.bootstrap),
+                [{"topic": topic, "key": b"new", "value": b"p%d" % p, "partition": p}
+                 for p in range(5)])
+    got = consume_all(broker.bootstrap, topic, 5)
+    for p in (2, 3, 4):
+        assert [r.value for r in got[p]] == [b"p%d" % p], f"new partition {p}"
+    for p in (0, 1):
+        old = [(r.offset, r.value) for r in before if r.partition == p]
+        assert [(r.offset, r.value) for r in got[p][:-1]] == sorted(old), (
+            f"partition {p} lost or reordered its data when the topic grew")
+
+
+def test_validate_only_create_creates_nothing(broker):
+    topic = unique_topic("dry")
+    a = admin(broker.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)],
+                    validate_only=True, operation_timeout=30)[topic].result(30)
+    assert topic_partitions(a, topic) is None, "validate_only created the topic"
+
+
+@pytest.mark.parametrize("broker", [{"settings": {"message.max.bytes": "1500000"}}],
+                         indirect=True)
+def test_describe_configs_for_topic_and_broker(broker):
+    topic = unique_topic("cfg")
+    create_topic(broker.bootstrap, topic, 1, config={"segment.bytes": "1048576",
+                                                     "retention.ms": "3600000"})
+    a = admin(broker.bootstrap)
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    entries = a.describe_configs([res])[res].result(30)
+    assert entries["segment.bytes"].value == "1048576", entries.get("segment.bytes")
+    assert entries["retention.ms"].value == "3600000", entries.get("retention.ms")
+
+    node_ids = list(a.list_topics(timeout=10).brokers)
+    assert len(node_ids) == 1, f"a single node should list one broker, got {node_ids}"
+    res = ConfigResource(ResourceType.BROKER, str(node_ids[0]))
+    entries = a.describe_configs([res])[res].result(30)
+    assert entries["message.max.bytes"].value == "1500000", (
+        "broker config must report the value given with --set")
+
+
+def test_describe_cluster_names_this_node(broker):
+    desc = admin(broker.bootstrap).describe_cluster(request_timeout=10).result(30)
+    assert desc.cluster_id, "cluster id must be set"
+    assert [(n.host, n.port) for n in desc.nodes] == [("127.0.0.1", broker.port)]
+    assert desc.controller is not None and desc.controller.id == desc.nodes[0].id
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_metadata_auto_creates_topics_only_when_enabled(broker_factory, enabled):
+    broker = broker_factory(settings={"auto.create.topics.enable": str(enabled).lower(),
+                                      "num.partitions": "4"})
+    topic = unique_topic("auto")
+
+    # Metadata v1 naming an unknown topic: Kafka creates it when enabled.
+    def metadata_error():
+        _, body = wire.roundtrip(broker.port, wire.metadata_v1_request([topic], 1))
+        md = wire.parse_metadata_v1(body)
+        assert md["leftover"] == 0, "Metadata v1 response has trailing bytes"
+        t = md["topics"][topic]
+        return t["error"], len(t["partitions"] or [])
+
+    if enabled:
+        wait_for(lambda: metadata_error() == (0, 4), 30,
+                 f"{topic} to be auto-created with num.partitions=4")
+        produce_all(producer(broker.bootstrap), [{"topic": topic, "key": b"k", "value": b"v"}])
+    else:
+        for _ in range(3):
+            assert metadata_error()[0] == wire.UNKNOWN_TOPIC_OR_PARTITION, (
+                "unknown topic with auto-create off must be UNKNOWN_TOPIC_OR_PARTITION")
+        with pytest.raises(AssertionError, match="deliveries failed"):
+            produce_all(producer(broker.bootstrap, **{"message.timeout.ms": 3000}),
+                        [{"topic": topic, "key": b"k", "value": b"v"}], timeout=20)
+        assert topic_partitions(broker.bootstrap, topic) is None, (
+            "the topic appeared although auto.create.topics.enable=false")

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The one test command for ringlog: installs what the tests need, then runs
+# formatting and lint checks, the Rust tests, a release build of the broker,
+# and the interop tests with real Kafka clients (kcat, confluent-kafka)
+# against that build. Stops at the first failing step and says which.
+#
+#   scripts/test.sh                 everything, as CI runs it
+#   scripts/test.sh -k kcat         extra arguments go to pytest
+#   RINGLOG_SKIP_RUST=1 scripts/test.sh   skip fmt/clippy/cargo test (local iteration)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+started=$SECONDS
+step() { printf '\n==> %s (at %ds)\n' "$*" $((SECONDS - started)); }
+fail() { printf '\ntest.sh: FAILED: %s\n' "$*" >&2; exit 1; }
+
+step "installing test dependencies"
+if ! command -v kcat >/dev/null 2>&1; then
+    [ "$(id -u)" -eq 0 ] || fail "kcat is missing; install Debian's package: sudo apt-get install kcat"
+    apt-get update -qq >/dev/null || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null \
+        || fail "apt-get install kcat"
+fi
+kcat -V 2>&1 | grep -m1 '^Version' || fail "kcat does not run"
+command -v python3 >/dev/null 2>&1 || fail "python3 is missing"
+python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    -r scripts/requirements.txt || fail "pip install -r scripts/requirements.txt"
+
+if [ "${RINGLOG_SKIP_RUST:-0}" != 1 ]; then
+    step "cargo fmt --check"
+    cargo fmt --all -- --check || fail "formatting differs: run \`cargo fmt --all\`"
+    step "cargo clippy"
+    cargo clippy --workspace --all-targets -- -D warnings || fail "clippy warnings"
+    step "cargo test"
+    cargo test --workspace || fail "cargo test"
+fi
+
+step "cargo build --release -p broker"
+cargo build --release -p broker || fail "release build of the broker"
+RINGLOG_BIN="$PWD/${CARGO_TARGET_DIR:-target}/release/ringlog"
+[ -x "$RINGLOG_BIN" ] || fail "no broker binary at $RINGLOG_BIN"
+export RINGLOG_BIN
+
+step "interop tests (pytest scripts/interop) against $RINGLOG_BIN"
+status=0
+python3 -m pytest -q scripts/interop "$@" || status=$?
+case $status in
+    0) ;;
+    5) fail "pytest collected no tests" ;;
+    *) fail "interop tests (pytest exit $status)" ;;
+esac
+step "all tests passed in $((SECONDS - started))s"
