@@ -24,7 +24,9 @@ const CRC_OFFSET: usize = 17;
 const ATTRIBUTES_OFFSET: usize = 21;
 pub const CLIENT_ID_BYTES_MAX: usize = 128;
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
-const _: () = assert!(HEADROOM_BYTES >= 4 + 10 + CLIENT_ID_BYTES_MAX + 1 + 16 + TOPIC_NAME_BYTES_MAX + 5 + 8 + 5);
+const _: () = assert!(
+    HEADROOM_BYTES >= 4 + 10 + CLIENT_ID_BYTES_MAX + 1 + 16 + TOPIC_NAME_BYTES_MAX + 5 + 8 + 5
+);
 
 /// Kafka's compression codecs that the generator can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +71,7 @@ fn put_uvarint(out: &mut [u8], mut pos: usize, mut v: u32) -> usize {
     pos + 1
 }
 
+#[cfg(test)]
 fn push_uvarint(out: &mut Vec<u8>, v: u32) {
     let mut tmp = [0u8; 5];
     let n = put_uvarint(&mut tmp, 0, v);
@@ -99,10 +102,6 @@ impl BatchBuilder {
         };
         builder.reset(0);
         builder
-    }
-
-    pub fn record_count(&self) -> i32 {
-        self.record_count
     }
 
     /// Starts a new, empty batch whose records are all stamped `base_timestamp_ms`.
@@ -269,7 +268,10 @@ pub struct ProduceFraming {
 
 impl ProduceFraming {
     pub fn new(version: i16, client_id: &str, acks: i16, timeout_ms: i32, topic: &str) -> Self {
-        assert!((3..=12).contains(&version), "Produce v{version} is not framed here");
+        assert!(
+            (3..=12).contains(&version),
+            "Produce v{version} is not framed here"
+        );
         assert!(client_id.len() <= CLIENT_ID_BYTES_MAX);
         assert!(topic.len() <= TOPIC_NAME_BYTES_MAX);
         ProduceFraming {
@@ -338,10 +340,6 @@ impl PayloadPool {
         }
     }
 
-    pub fn value_bytes(&self) -> usize {
-        self.value_bytes
-    }
-
     #[inline]
     pub fn next_value(&mut self) -> &[u8] {
         let start = self.cursor;
@@ -369,11 +367,6 @@ pub fn fill_batch(builder: &mut BatchBuilder, pool: &mut PayloadPool, count_max:
     n
 }
 
-/// Appends an unsigned varint to a Vec (used by other encoders in this crate).
-pub fn push_uvarint_vec(out: &mut Vec<u8>, v: u32) {
-    push_uvarint(out, v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,10 +376,7 @@ mod tests {
     use kafka_protocol::records::{self, RecordBatchDecoder};
     use std::io::Read;
 
-    fn lz4_decompress(
-        buf: &mut Bytes,
-        compression: records::Compression,
-    ) -> anyhow::Result<Bytes> {
+    fn lz4_decompress(buf: &mut Bytes, compression: records::Compression) -> anyhow::Result<Bytes> {
         if compression == records::Compression::None {
             return Ok(buf.clone());
         }
@@ -475,7 +465,11 @@ mod tests {
             let framing = ProduceFraming::new(7, "b", 1, 30_000, "t");
             builder.frame_produce(&framing, round as i32);
         }
-        assert_eq!(builder.buf.capacity(), capacity, "no reallocation after the first batch");
+        assert_eq!(
+            builder.buf.capacity(),
+            capacity,
+            "no reallocation after the first batch"
+        );
     }
 
     #[test]
@@ -496,7 +490,12 @@ mod tests {
         let n = fill_batch(&mut builder, &mut pool, u64::MAX);
         let uncompressed = builder.batch_bytes();
         let batch = builder.finish().to_vec();
-        assert!(batch.len() * 2 < uncompressed, "{} vs {}", batch.len(), uncompressed);
+        assert!(
+            batch.len() * 2 < uncompressed,
+            "{} vs {}",
+            batch.len(),
+            uncompressed
+        );
         let set = decode(&batch);
         assert_eq!(set.compression, records::Compression::Lz4);
         assert_eq!(set.records.len() as u64, n);

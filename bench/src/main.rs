@@ -1,3 +1,47 @@
+//! ringlog-bench: a thread-per-core load generator for Kafka-API brokers.
+//!
+//! Invariants:
+//! - Exit status 0 only when every run finished without a broker or connection error;
+//!   1 when a run counted errors; 2 when it could not run at all.
+
+// Consume, e2e and matrix land next and use the rest of these modules.
 #![allow(dead_code)]
+
+mod cli;
+mod client;
+mod cores;
 mod encode;
-fn main() {}
+mod pacing;
+mod produce;
+mod report;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Produce(args) => produce::run(
+            &args.common.bootstrap_server,
+            &args.common.topic,
+            args.common.partitions,
+            args.common.replication_factor,
+            args.common.cores,
+            &args.load,
+            args.dry_run,
+        )
+        .and_then(|o| produce::print(&o.summary, args.common.json)),
+        Command::Consume(_) | Command::E2e(_) | Command::Matrix(_) => {
+            Err(anyhow::anyhow!("not implemented yet"))
+        }
+    };
+    match outcome {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("ringlog-bench: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

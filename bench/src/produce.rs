@@ -1,0 +1,768 @@
+//! `produce`: producer connections spread over cores, closed loop (as fast as the broker
+//! acknowledges) or open loop (`--rate`, latency from each message's intended send time).
+//!
+//! Invariants:
+//! - Each producer owns one connection to the leader of its partitions, one `BatchBuilder`
+//!   and one `PayloadPool`; the hot path allocates nothing per record.
+//! - At most `max_in_flight` Produce requests are outstanding per connection (a semaphore
+//!   permit is taken before a write and given back by the response); responses are matched to
+//!   requests in FIFO order by correlation id.
+//! - Every message ends up counted exactly once: acked, or under a Kafka error name
+//!   (including NETWORK_EXCEPTION for a dropped connection and REQUEST_TIMED_OUT for requests
+//!   never answered), or, for acks=0, as sent.
+//! - Messages whose send (closed loop) or intended (open loop) time falls in the warm-up are
+//!   acknowledged and counted in `sent`/`acked`, but left out of rates and histograms.
+//! - The `RefCell` shared by a producer's writer and reader is never borrowed across `.await`.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use bytes::Bytes;
+use futures_lite::AsyncWriteExt;
+use hdrhistogram::Histogram;
+use kafka_protocol::messages::ProduceRequest;
+
+use crate::cli::{acks_name, LoadArgs, Payload};
+use crate::client::{self, error_name, Connection, PartitionLeader};
+use crate::cores::{self, Counters, Progress};
+use crate::encode::{fill_batch, BatchBuilder, Compression, PayloadPool, ProduceFraming};
+use crate::pacing::{clock, Pacer};
+use crate::report::{self, Latency, Summary};
+
+/// What every producer of a run shares.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub topic: String,
+    pub acks: i16,
+    pub message_bytes: usize,
+    pub payload: Payload,
+    pub batch_bytes: usize,
+    pub linger: Duration,
+    pub max_in_flight: u64,
+    pub compression: Compression,
+    pub request_timeout_ms: i32,
+    pub seed: u64,
+    pub dry_run: bool,
+    pub timeline: Timeline,
+}
+
+/// Run times in `clock::now_ns` units.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeline {
+    pub start_ns: u64,
+    pub warmup_end_ns: u64,
+    /// Sending stops here (u64::MAX when the run is bounded by a message count only).
+    pub end_ns: u64,
+}
+
+impl Timeline {
+    /// `duration` None: run until the message count is reached.
+    pub fn new(warmup: Duration, duration: Option<Duration>) -> Timeline {
+        // Start slightly in the future so that every core starts on the same schedule.
+        let start_ns = clock::now_ns() + 20_000_000;
+        let warmup_end_ns = start_ns + warmup.as_nanos() as u64;
+        let end_ns = duration.map_or(u64::MAX, |d| warmup_end_ns + d.as_nanos() as u64);
+        Timeline {
+            start_ns,
+            warmup_end_ns,
+            end_ns,
+        }
+    }
+}
+
+/// One producer connection's share of the work.
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    pub id: usize,
+    pub core: usize,
+    pub leader: Option<SocketAddr>,
+    pub partitions: Vec<i32>,
+    /// Messages this producer sends, or None to run until the timeline ends.
+    pub messages: Option<u64>,
+    /// Open loop: this producer's messages per second.
+    pub rate: Option<f64>,
+}
+
+/// Spreads `producers` over `cores` and over the partitions, one leader per producer.
+pub fn assign(
+    producers: usize,
+    cores: usize,
+    leaders: &[PartitionLeader],
+    messages: Option<u64>,
+    rate: Option<f64>,
+) -> Vec<Assignment> {
+    assert!(producers >= 1 && cores >= 1);
+    // Group partitions by leader; producer p serves leader group p % groups.
+    let mut groups: BTreeMap<SocketAddr, Vec<i32>> = BTreeMap::new();
+    for l in leaders {
+        groups.entry(l.leader).or_default().push(l.partition);
+    }
+    let groups: Vec<(SocketAddr, Vec<i32>)> = groups.into_iter().collect();
+    let mut out = Vec::with_capacity(producers);
+    for p in 0..producers {
+        let share = |total: u64| {
+            total / producers as u64 + u64::from((p as u64) < total % producers as u64)
+        };
+        let (leader, partitions) = if groups.is_empty() {
+            (None, vec![p as i32])
+        } else {
+            let g = p % groups.len();
+            let (addr, parts) = &groups[g];
+            // Producers of this group: g, g + groups, g + 2 * groups, ...
+            let peers = (producers - g).div_ceil(groups.len());
+            let rank = p / groups.len();
+            let mine: Vec<i32> = if parts.len() >= peers {
+                parts.iter().copied().skip(rank).step_by(peers).collect()
+            } else {
+                vec![parts[rank % parts.len()]]
+            };
+            (Some(*addr), mine)
+        };
+        out.push(Assignment {
+            id: p,
+            core: p % cores,
+            leader,
+            partitions,
+            messages: messages.map(share),
+            rate: rate.map(|r| r / producers as f64),
+        });
+    }
+    out
+}
+
+/// What one core (or one producer) measured; merged into a `Summary`.
+pub struct Tally {
+    pub hist: Histogram<u64>,
+    pub sent: u64,
+    pub acked: u64,
+    pub measured_messages: u64,
+    pub measured_wire_bytes: u64,
+    /// Last acknowledgement (or send, for acks=0) in the measured window.
+    pub last_ns: u64,
+    pub clamped: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub checksum: u32,
+}
+
+impl Tally {
+    pub fn new() -> Tally {
+        Tally {
+            hist: report::new_histogram(),
+            sent: 0,
+            acked: 0,
+            measured_messages: 0,
+            measured_wire_bytes: 0,
+            last_ns: 0,
+            clamped: 0,
+            errors: BTreeMap::new(),
+            checksum: 0,
+        }
+    }
+
+    pub fn error(&mut self, name: &str, messages: u64) {
+        *self.errors.entry(name.to_string()).or_default() += messages.max(1);
+    }
+
+    pub fn merge(&mut self, other: Tally) {
+        // Both come from `report::new_histogram`, so the bounds match.
+        self.hist.add(&other.hist).expect("same histogram bounds");
+        self.sent += other.sent;
+        self.acked += other.acked;
+        self.measured_messages += other.measured_messages;
+        self.measured_wire_bytes += other.measured_wire_bytes;
+        self.last_ns = self.last_ns.max(other.last_ns);
+        self.clamped += other.clamped;
+        for (k, v) in other.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+        self.checksum ^= other.checksum;
+    }
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally::new()
+    }
+}
+
+/// The result of `run`: the summary and the merged histogram (for .hgrm files).
+pub struct Outcome {
+    pub summary: Summary,
+    pub hist: Histogram<u64>,
+}
+
+/// A produce run from parsed arguments: topic setup, cores, summary.
+pub fn run(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i16,
+    cores_requested: usize,
+    load: &LoadArgs,
+    dry_run: bool,
+) -> Result<Outcome> {
+    clock::init();
+    if load.message_size > 16 * 1024 * 1024 {
+        bail!("--message-size is capped at 16 MiB");
+    }
+    let producers = load.producers.max(1);
+    let cores = cores::cores_to_use(cores_requested, producers);
+    let mut created = false;
+    let leaders = if dry_run {
+        Vec::new()
+    } else {
+        let bootstrap = bootstrap.to_string();
+        let topic = topic.to_string();
+        let (leaders, fresh) = cores::run_local(async move {
+            let addr = client::resolve(&bootstrap).await?;
+            let mut conn = Connection::connect(addr).await?;
+            let fresh = conn.leaders(&topic).await?.is_none();
+            let leaders = conn.ensure_topic(&topic, partitions, replication).await?;
+            Ok::<_, anyhow::Error>((leaders, fresh))
+        })??;
+        created = fresh;
+        leaders
+    };
+    let plan = Plan {
+        topic: topic.to_string(),
+        acks: load.acks,
+        message_bytes: load.message_size,
+        payload: load.payload,
+        batch_bytes: load.batch_size as usize,
+        linger: load.linger,
+        max_in_flight: load.max_in_flight,
+        compression: load.compression.into(),
+        request_timeout_ms: load.request_timeout_ms,
+        seed: load.seed,
+        dry_run,
+        timeline: Timeline::new(load.warmup, load.run_time()),
+    };
+    let assignments = assign(producers, cores, &leaders, load.messages, load.rate);
+    let progress = Progress::new(cores);
+    let printer = progress.start_printer(if dry_run { "dry-run" } else { "produce" });
+    let tallies = {
+        let plan = Arc::new(plan.clone());
+        let assignments = Arc::new(assignments);
+        let progress = progress.clone();
+        cores::run_on_cores(cores, move |core| {
+            let plan = plan.clone();
+            let assignments = assignments.clone();
+            let progress = progress.clone();
+            async move { run_core(plan, assignments, progress, core).await }
+        })?
+    };
+    progress.finish(printer);
+    let mut total = Tally::new();
+    for t in tallies {
+        total.merge(t);
+    }
+    let log_end_offset_total = if created && !dry_run {
+        let bootstrap = bootstrap.to_string();
+        let topic = topic.to_string();
+        let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
+        cores::run_local(async move {
+            let addr = client::resolve(&bootstrap).await?;
+            let mut conn = Connection::connect(addr).await?;
+            let offsets = conn.list_offsets(&topic, &parts, -1).await?;
+            Ok::<_, anyhow::Error>(offsets.iter().map(|(_, o)| o).sum::<i64>())
+        })?
+        .ok()
+    } else {
+        None
+    };
+    let summary = summarize(
+        &plan,
+        load,
+        producers,
+        cores,
+        partitions,
+        &total,
+        log_end_offset_total,
+    );
+    Ok(Outcome {
+        summary,
+        hist: total.hist,
+    })
+}
+
+fn summarize(
+    plan: &Plan,
+    load: &LoadArgs,
+    producers: usize,
+    cores: usize,
+    partitions: i32,
+    t: &Tally,
+    log_end_offset_total: Option<i64>,
+) -> Summary {
+    let window_ns = t.last_ns.saturating_sub(plan.timeline.warmup_end_ns).max(1);
+    let measured_s = if t.measured_messages == 0 {
+        0.0
+    } else {
+        window_ns as f64 / 1e9
+    };
+    let per_s = |n: f64| {
+        if measured_s > 0.0 {
+            n / measured_s
+        } else {
+            0.0
+        }
+    };
+    Summary {
+        mode: if plan.dry_run {
+            "produce --dry-run"
+        } else {
+            "produce"
+        }
+        .to_string(),
+        topic: plan.topic.clone(),
+        acks: acks_name(plan.acks),
+        message_bytes: plan.message_bytes,
+        producers,
+        partitions,
+        cores,
+        batch_bytes: plan.batch_bytes,
+        linger_ms: plan.linger.as_secs_f64() * 1e3,
+        max_in_flight: plan.max_in_flight as usize,
+        compression: format!("{:?}", plan.compression).to_lowercase(),
+        rate_target: load.rate,
+        warmup_s: load.warmup.as_secs_f64(),
+        measured_s,
+        sent: t.sent,
+        acked: t.acked,
+        measured_messages: t.measured_messages,
+        msgs_per_s: per_s(t.measured_messages as f64),
+        mb_per_s: per_s((t.measured_messages * plan.message_bytes as u64) as f64) / 1e6,
+        wire_mb_per_s: per_s(t.measured_wire_bytes as f64) / 1e6,
+        latency: Latency::of(&t.hist),
+        clamped: t.clamped,
+        errors: t.errors.clone(),
+        log_end_offset_total,
+        checksum: plan.dry_run.then_some(t.checksum),
+    }
+}
+
+async fn run_core(
+    plan: Arc<Plan>,
+    assignments: Arc<Vec<Assignment>>,
+    progress: Arc<Progress>,
+    core: usize,
+) -> Tally {
+    let mine: Vec<Assignment> = assignments
+        .iter()
+        .filter(|a| a.core == core)
+        .cloned()
+        .collect();
+    let mut tasks = Vec::new();
+    for a in mine {
+        let plan = plan.clone();
+        let progress = progress.clone();
+        tasks.push(glommio::spawn_local(async move {
+            let counters = &progress.cores[core];
+            if plan.dry_run {
+                dry_run_producer(&plan, &a, counters).await
+            } else {
+                producer(&plan, &a, counters).await
+            }
+        }));
+    }
+    let mut total = Tally::new();
+    for t in tasks {
+        total.merge(t.await);
+    }
+    total
+}
+
+fn new_pool(plan: &Plan, a: &Assignment) -> PayloadPool {
+    PayloadPool::new(
+        plan.message_bytes,
+        plan.payload == Payload::Compressible,
+        plan.seed.wrapping_add(a.id as u64 * 0x9E37_79B9),
+    )
+}
+
+/// Encode, checksum and frame batches as the network producer would, and send nowhere.
+async fn dry_run_producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
+    let mut t = Tally::new();
+    let mut pool = new_pool(plan, a);
+    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
+    let mut framing = ProduceFraming::new(9, client::CLIENT_ID, plan.acks, 30_000, &plan.topic);
+    let tl = plan.timeline;
+    while clock::now_ns() < tl.start_ns {
+        glommio::timer::sleep(Duration::from_micros(100)).await;
+    }
+    let limit = a.messages.unwrap_or(u64::MAX);
+    let mut correlation_id = 0i32;
+    let mut batches = 0u64;
+    while t.sent < limit {
+        builder.reset(clock::unix_ms());
+        let n = fill_batch(&mut builder, &mut pool, limit - t.sent);
+        let batch = builder.finish();
+        let batch_bytes = batch.len() as u64;
+        let crc = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
+        framing.partition = a.partitions[(batches % a.partitions.len() as u64) as usize];
+        correlation_id = correlation_id.wrapping_add(1);
+        let frame = builder.frame_produce(&framing, correlation_id);
+        t.checksum ^= crc ^ frame.len() as u32;
+        let now = clock::now_ns();
+        t.sent += n;
+        if now >= tl.warmup_end_ns {
+            t.measured_messages += n;
+            t.measured_wire_bytes += batch_bytes;
+            t.last_ns = now;
+        }
+        batches += 1;
+        if batches % 64 == 0 {
+            Counters::add(&counters.sent, 64 * n);
+            if now >= tl.end_ns {
+                break;
+            }
+            // Let the executor breathe (timers, other tasks) without measurable cost.
+            glommio::yield_if_needed().await;
+        }
+    }
+    t
+}
+
+struct InFlight {
+    correlation_id: i32,
+    send_ns: u64,
+    /// Index of the batch's first message in this producer's schedule.
+    first_index: u64,
+    count: u64,
+    wire_bytes: u64,
+}
+
+struct Shared {
+    inflight: VecDeque<InFlight>,
+    tally: Tally,
+}
+
+async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
+    let mut t = Tally::new();
+    let Some(leader) = a.leader else {
+        t.error("NO_LEADER", a.messages.unwrap_or(1));
+        return t;
+    };
+    let conn = match Connection::connect(leader).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("producer {}: {e:#}", a.id);
+            t.error("NETWORK_EXCEPTION", a.messages.unwrap_or(1));
+            return t;
+        }
+    };
+    let version = conn.versions.produce;
+    let (reader, mut writer) = futures_lite::io::split(conn.stream);
+    let shared = Rc::new(RefCell::new(Shared {
+        inflight: VecDeque::new(),
+        tally: t,
+    }));
+    let permits = Rc::new(glommio::sync::Semaphore::new(plan.max_in_flight));
+    let pacer = a.rate.map(|r| Pacer::new(plan.timeline.start_ns, r));
+    let reader_task = (plan.acks != 0).then(|| {
+        let shared = shared.clone();
+        let permits = permits.clone();
+        let tl = plan.timeline;
+        // The reader reports through `shared`; the writer publishes its counts to `counters`.
+        glommio::spawn_local(read_responses(reader, shared, permits, version, tl, pacer))
+    });
+
+    let mut pool = new_pool(plan, a);
+    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
+    let mut framing = ProduceFraming::new(
+        version,
+        client::CLIENT_ID,
+        plan.acks,
+        plan.request_timeout_ms,
+        &plan.topic,
+    );
+    let record_bytes_estimate = plan.message_bytes + 8;
+    let per_batch = ((plan.batch_bytes.saturating_sub(61)) / record_bytes_estimate).max(1) as u64;
+    let linger_ns = plan.linger.as_nanos() as u64;
+    let tl = plan.timeline;
+    let limit = a.messages.unwrap_or(u64::MAX);
+    let mut index = 0u64;
+    let mut batches = 0u64;
+    let mut correlation_id = 0i32;
+    let mut last_acked_seen = 0u64;
+    while clock::now_ns() < tl.start_ns {
+        glommio::timer::sleep(Duration::from_micros(200)).await;
+    }
+    loop {
+        let now = clock::now_ns();
+        if now >= tl.end_ns || index >= limit {
+            break;
+        }
+        let mut count_max = limit - index;
+        if let Some(p) = &pacer {
+            let ready = p.due(now).saturating_sub(index);
+            let oldest_ns = p.intended_ns(index);
+            if ready == 0 || (ready < per_batch && now < oldest_ns + linger_ns) {
+                let full_ns = p.intended_ns(index + per_batch - 1);
+                let wake = if ready == 0 {
+                    oldest_ns
+                } else {
+                    full_ns.min(oldest_ns + linger_ns)
+                };
+                let wait = wake.saturating_sub(now).clamp(1_000, 100_000_000);
+                glommio::timer::sleep(Duration::from_nanos(wait)).await;
+                continue;
+            }
+            count_max = count_max.min(ready);
+        }
+        if plan.acks != 0 && permits.acquire(1).await.is_err() {
+            break; // the reader failed and closed the semaphore
+        }
+        builder.reset(clock::unix_ms());
+        let n = fill_batch(&mut builder, &mut pool, count_max);
+        let wire_bytes = builder.finish().len() as u64;
+        framing.partition = a.partitions[(batches % a.partitions.len() as u64) as usize];
+        correlation_id = correlation_id.wrapping_add(1);
+        let frame = builder.frame_produce(&framing, correlation_id);
+        let send_ns = clock::now_ns();
+        if plan.acks != 0 {
+            shared.borrow_mut().inflight.push_back(InFlight {
+                correlation_id,
+                send_ns,
+                first_index: index,
+                count: n,
+                wire_bytes,
+            });
+        } else {
+            let mut s = shared.borrow_mut();
+            let from_ns = pacer.map(|p| p.intended_ns(index)).unwrap_or(send_ns);
+            if from_ns >= tl.warmup_end_ns {
+                s.tally.measured_messages += n;
+                s.tally.measured_wire_bytes += wire_bytes;
+                s.tally.last_ns = send_ns;
+            }
+        }
+        if let Err(e) = writer.write_all(frame).await {
+            eprintln!("producer {}: write failed: {e}", a.id);
+            let mut s = shared.borrow_mut();
+            if plan.acks != 0 {
+                s.inflight.pop_back();
+            }
+            s.tally.error("NETWORK_EXCEPTION", n);
+            break;
+        }
+        shared.borrow_mut().tally.sent += n;
+        Counters::add(&counters.sent, n);
+        index += n;
+        batches += 1;
+        let acked = shared.borrow().tally.acked;
+        Counters::add(&counters.acked, acked - last_acked_seen);
+        last_acked_seen = acked;
+    }
+    if plan.acks == 0 {
+        let _ = writer.flush().await;
+    }
+    if let Some(task) = reader_task {
+        // Wait for every outstanding response: all permits back means nothing is in flight.
+        let wait =
+            Duration::from_millis(plan.request_timeout_ms.max(0) as u64) + Duration::from_secs(5);
+        let drained = glommio::timer::timeout(wait, async {
+            permits
+                .acquire(plan.max_in_flight)
+                .await
+                .map_err(|e| e.into())
+        })
+        .await;
+        drop(task); // cancels the reader
+        if drained.is_err() {
+            let mut s = shared.borrow_mut();
+            let left: u64 = s.inflight.iter().map(|f| f.count).sum();
+            if left > 0 {
+                s.tally.error("REQUEST_TIMED_OUT", left);
+            }
+            s.inflight.clear();
+        }
+    }
+    let mut s = shared.borrow_mut();
+    Counters::add(&counters.acked, s.tally.acked - last_acked_seen);
+    Counters::add(&counters.errors, s.tally.errors.values().sum());
+    std::mem::take(&mut s.tally)
+}
+
+/// Matches responses to in-flight requests, records latencies, returns permits.
+async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
+    mut reader: R,
+    shared: Rc<RefCell<Shared>>,
+    permits: Rc<glommio::sync::Semaphore>,
+    version: i16,
+    tl: Timeline,
+    pacer: Option<Pacer>,
+) {
+    let mut frame = Vec::with_capacity(1024);
+    loop {
+        if let Err(e) = client::read_frame(&mut reader, &mut frame).await {
+            let mut s = shared.borrow_mut();
+            let left: u64 = s.inflight.iter().map(|f| f.count).sum();
+            if left > 0 {
+                eprintln!("producer connection lost with {left} messages in flight: {e:#}");
+                s.tally.error("NETWORK_EXCEPTION", left);
+            }
+            s.inflight.clear();
+            permits.close();
+            return;
+        }
+        let ack_ns = clock::now_ns();
+        let mut s = shared.borrow_mut();
+        let Some(f) = s.inflight.pop_front() else {
+            s.tally.error("UNEXPECTED_RESPONSE", 1);
+            permits.close();
+            return;
+        };
+        let corr = client::correlation_id_of(&frame);
+        if corr != f.correlation_id {
+            eprintln!("correlation id {corr}, expected {}", f.correlation_id);
+            s.tally.error("CORRELATION_ID_MISMATCH", f.count);
+            permits.close();
+            return;
+        }
+        let code = match client::decode_response::<ProduceRequest>(
+            Bytes::copy_from_slice(&frame),
+            version,
+        ) {
+            Ok((_, r)) => r
+                .responses
+                .first()
+                .and_then(|t| t.partition_responses.first())
+                .map(|p| p.error_code)
+                .unwrap_or(-1),
+            Err(e) => {
+                eprintln!("undecodable Produce response: {e:#}");
+                -1
+            }
+        };
+        if code != 0 {
+            s.tally.error(&error_name(code), f.count);
+        } else {
+            let t = &mut s.tally;
+            t.acked += f.count;
+            match pacer {
+                None => {
+                    if f.send_ns >= tl.warmup_end_ns {
+                        t.clamped +=
+                            u64::from(report::record(&mut t.hist, ack_ns - f.send_ns, f.count));
+                        t.measured_messages += f.count;
+                        t.measured_wire_bytes += f.wire_bytes;
+                        t.last_ns = ack_ns;
+                    }
+                }
+                Some(p) => {
+                    let mut measured = 0;
+                    for i in f.first_index..f.first_index + f.count {
+                        let intended = p.intended_ns(i);
+                        if intended >= tl.warmup_end_ns {
+                            let lat = ack_ns.saturating_sub(intended);
+                            t.clamped += u64::from(report::record(&mut t.hist, lat, 1));
+                            measured += 1;
+                        }
+                    }
+                    if measured > 0 {
+                        t.measured_messages += measured;
+                        t.measured_wire_bytes += f.wire_bytes * measured / f.count;
+                        t.last_ns = ack_ns;
+                    }
+                }
+            }
+        }
+        drop(s);
+        permits.signal(1);
+    }
+}
+
+/// Prints the outcome (text or JSON) and returns whether the run was clean.
+pub fn print(summary: &Summary, json: bool) -> Result<bool> {
+    if json {
+        println!("{}", report::to_json(summary)?);
+    } else {
+        print!("{}", summary.text());
+    }
+    Ok(summary.ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaders(n: i32, brokers: u16) -> Vec<PartitionLeader> {
+        (0..n)
+            .map(|p| PartitionLeader {
+                partition: p,
+                leader: SocketAddr::from(([127, 0, 0, 1], 9000 + (p as u16 % brokers))),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn assignment_covers_every_partition_with_its_leader() {
+        for (producers, parts, brokers) in [
+            (1, 1, 1),
+            (1, 8, 1),
+            (4, 8, 1),
+            (3, 8, 2),
+            (8, 2, 1),
+            (5, 6, 3),
+        ] {
+            let ls = leaders(parts, brokers);
+            let out = assign(producers, 2, &ls, Some(1_001), Some(1_000.0));
+            assert_eq!(out.len(), producers);
+            let total: u64 = out.iter().map(|a| a.messages.expect("bounded")).sum();
+            assert_eq!(total, 1_001);
+            let mut seen = std::collections::BTreeSet::new();
+            for a in &out {
+                assert!(!a.partitions.is_empty());
+                assert!(a.core < 2);
+                for p in &a.partitions {
+                    let l = ls.iter().find(|l| l.partition == *p).expect("exists");
+                    assert_eq!(
+                        Some(l.leader),
+                        a.leader,
+                        "producer writes to the partition's leader"
+                    );
+                    seen.insert(*p);
+                }
+                assert!((a.rate.expect("rate") - 1_000.0 / producers as f64).abs() < 1e-9);
+            }
+            if producers <= parts as usize {
+                assert_eq!(
+                    seen.len(),
+                    parts as usize,
+                    "{producers} producers, {parts} partitions"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dry_run_counts_every_message() {
+        let load = LoadArgs {
+            message_size: 100,
+            payload: Payload::Random,
+            messages: Some(100_000),
+            duration: None,
+            warmup: Duration::ZERO,
+            acks: 1,
+            batch_size: 16_384,
+            linger: Duration::from_millis(5),
+            max_in_flight: 5,
+            compression: crate::cli::CompressionArg::None,
+            rate: None,
+            producers: 2,
+            request_timeout_ms: 30_000,
+            seed: 1,
+        };
+        let out = run("127.0.0.1:1", "t", 1, 1, 0, &load, true).expect("dry run");
+        assert_eq!(out.summary.sent, 100_000);
+        assert_eq!(out.summary.measured_messages, 100_000);
+        assert!(out.summary.msgs_per_s > 0.0 && out.summary.ok());
+        assert!(out.summary.checksum.is_some());
+    }
+}
