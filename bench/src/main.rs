@@ -11,6 +11,8 @@ mod cli;
 mod client;
 mod cores;
 mod encode;
+#[cfg(test)]
+mod mock;
 mod pacing;
 mod produce;
 mod report;

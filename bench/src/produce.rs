@@ -741,6 +741,66 @@ mod tests {
         }
     }
 
+    pub fn load(messages: u64) -> LoadArgs {
+        LoadArgs {
+            message_size: 100,
+            payload: Payload::Random,
+            messages: Some(messages),
+            duration: None,
+            warmup: Duration::ZERO,
+            acks: 1,
+            batch_size: 16_384,
+            linger: Duration::from_millis(5),
+            max_in_flight: 5,
+            compression: crate::cli::CompressionArg::None,
+            rate: None,
+            producers: 2,
+            request_timeout_ms: 30_000,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn produce_against_a_broker_counts_every_acked_message() {
+        let broker = crate::mock::MockBroker::start();
+        let addr = broker.addr.to_string();
+        for (i, (acks, rate, compression)) in [
+            (1, None, crate::cli::CompressionArg::None),
+            (-1, None, crate::cli::CompressionArg::Lz4),
+            (0, None, crate::cli::CompressionArg::None),
+            (1, Some(20_000.0), crate::cli::CompressionArg::None),
+            (0, Some(20_000.0), crate::cli::CompressionArg::None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut l = load(5_000);
+            l.acks = acks;
+            l.rate = rate;
+            l.compression = compression;
+            // Open loop: 5 000 messages take 250 ms, so a 20 ms warm-up leaves most measured.
+            l.warmup = Duration::from_millis(if rate.is_some() { 20 } else { 0 });
+            let topic = format!("t{i}");
+            let out = run(&addr, &topic, 3, 1, 0, &l, false).expect("runs");
+            let s = &out.summary;
+            assert!(s.ok(), "{:?}", s.errors);
+            assert_eq!(s.sent, 5_000, "case {i}");
+            assert_eq!(s.log_end_offset_total, Some(5_000), "case {i}");
+            if acks != 0 {
+                assert_eq!(s.acked, 5_000, "case {i}");
+                assert!(s.latency.count > 0 && s.latency.count <= 5_000, "case {i}");
+                assert_eq!(s.latency.count, s.measured_messages, "case {i}");
+            }
+            assert!(s.measured_messages > 0 && s.msgs_per_s > 0.0, "case {i}");
+        }
+    }
+
+    #[test]
+    fn unreachable_broker_is_an_error() {
+        let l = load(10);
+        assert!(run("127.0.0.1:1", "t", 1, 1, 0, &l, false).is_err());
+    }
+
     #[test]
     fn dry_run_counts_every_message() {
         let load = LoadArgs {
