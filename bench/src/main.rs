@@ -11,9 +11,11 @@ mod cli;
 mod client;
 mod cores;
 mod encode;
+mod matrix;
 #[cfg(test)]
 mod mock;
 mod pacing;
+mod plot;
 mod produce;
 mod report;
 
@@ -34,9 +36,18 @@ fn main() {
             args.dry_run,
         )
         .and_then(|o| produce::print(&o.summary, args.common.json)),
-        Command::Consume(_) | Command::E2e(_) | Command::Matrix(_) => {
-            Err(anyhow::anyhow!("not implemented yet"))
-        }
+        Command::Matrix(args) => matrix::run(&args, &report::command_line()).and_then(|m| {
+            if args.common.json {
+                println!("{}", report::to_json(&m)?);
+            } else {
+                print!(
+                    "{}",
+                    std::fs::read_to_string(args.output.join("table.txt"))?
+                );
+            }
+            Ok(m.runs.iter().all(|r| r.ok()))
+        }),
+        Command::Consume(_) | Command::E2e(_) => Err(anyhow::anyhow!("not implemented yet")),
     };
     match outcome {
         Ok(true) => {}

@@ -135,16 +135,12 @@ pub struct Environment {
 }
 
 impl Environment {
-    pub fn capture(broker: &str) -> Environment {
-        let command = std::env::args()
-            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
-            .collect::<Vec<_>>()
-            .join(" ");
+    pub fn capture(broker: &str, command: &str) -> Environment {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| format!("Linux {}", s.trim()))
             .unwrap_or_else(|_| std::env::consts::OS.to_string());
         Environment {
-            command,
+            command: command.to_string(),
             broker: broker.to_string(),
             cores: std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -161,6 +157,14 @@ impl Environment {
             self.command, self.broker, self.cores, self.kernel, self.date_utc
         )
     }
+}
+
+/// This process's command line, quoted where a word has spaces.
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` from the system clock (civil-from-days, Howard Hinnant).
