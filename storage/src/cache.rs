@@ -1,0 +1,163 @@
+//! Per-shard cache of recently written data, shared by every `Log` of the shard through `Rc`.
+//! In direct mode a written DMA buffer stays shared here (`Rc<DmaBuffer>`, no copy), so tailing
+//! consumers are served from memory instead of re-reading what O_DIRECT just wrote.
+//!
+//! Invariants: the sum of the cached buffers' allocation sizes stays <= `bytes_max` (oldest
+//! entries are evicted first; an entry larger than the whole budget is not kept); an entry
+//! covers bytes `[position, position + len)` of one segment of one log, exactly as written.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use glommio::io::DmaBuffer;
+
+struct CacheEntry {
+    log_id: u64,
+    segment_base_offset: i64,
+    position: u64,
+    len: usize,
+    charge_bytes: usize,
+    data: Rc<DmaBuffer>,
+}
+
+/// Recently appended data of the shard's logs, bounded by a byte budget.
+pub struct BatchCache {
+    bytes_max: usize,
+    bytes: Cell<usize>,
+    next_log_id: Cell<u64>,
+    entries: RefCell<VecDeque<CacheEntry>>,
+}
+
+impl BatchCache {
+    pub fn new(bytes_max: usize) -> BatchCache {
+        BatchCache {
+            bytes_max,
+            bytes: Cell::new(0),
+            next_log_id: Cell::new(0),
+            entries: RefCell::new(VecDeque::new()),
+        }
+    }
+
+    /// Bytes currently held (allocation sizes of the cached buffers).
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.get()
+    }
+
+    pub(crate) fn register_log(&self) -> u64 {
+        let id = self.next_log_id.get();
+        self.next_log_id.set(id + 1);
+        id
+    }
+
+    /// Keeps `data[..len]`, the bytes written at `position` of a segment. `charge_bytes` is the
+    /// memory the buffer really holds (its allocation).
+    pub(crate) fn insert(
+        &self,
+        log_id: u64,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+        charge_bytes: usize,
+        data: Rc<DmaBuffer>,
+    ) {
+        assert!(len <= data.len());
+        if charge_bytes > self.bytes_max {
+            return;
+        }
+        let mut entries = self.entries.borrow_mut();
+        let mut bytes = self.bytes.get();
+        while bytes + charge_bytes > self.bytes_max {
+            match entries.pop_front() {
+                Some(evicted) => bytes -= evicted.charge_bytes,
+                None => break,
+            }
+        }
+        entries.push_back(CacheEntry {
+            log_id,
+            segment_base_offset,
+            position,
+            len,
+            charge_bytes,
+            data,
+        });
+        self.bytes.set(bytes + charge_bytes);
+    }
+
+    /// Copies `[position, position + len)` of a segment into `out` if one entry holds all of it.
+    /// Searches newest first: tailing consumers ask for what was written last.
+    // TODO: a per-log map if shards hold thousands of logs; the scan is linear in entries.
+    pub(crate) fn copy_range(
+        &self,
+        log_id: u64,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let entries = self.entries.borrow();
+        for entry in entries.iter().rev() {
+            let entry_end = entry.position + entry.len as u64;
+            if entry.log_id == log_id
+                && entry.segment_base_offset == segment_base_offset
+                && entry.position <= position
+                && position + len as u64 <= entry_end
+            {
+                let from = (position - entry.position) as usize;
+                out.extend_from_slice(&entry.data.as_bytes()[from..from + len]);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Drops every entry of a log (closed or deleted).
+    pub(crate) fn remove_log(&self, log_id: u64) {
+        let mut entries = self.entries.borrow_mut();
+        let mut bytes = self.bytes.get();
+        entries.retain(|entry| {
+            let keep = entry.log_id != log_id;
+            if !keep {
+                bytes -= entry.charge_bytes;
+            }
+            keep
+        });
+        self.bytes.set(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(fill: u8) -> Rc<DmaBuffer> {
+        let mut buf = glommio::allocate_dma_buffer_global(4096);
+        buf.as_bytes_mut().fill(fill);
+        Rc::new(buf)
+    }
+
+    #[test]
+    fn serves_covered_ranges_and_evicts_oldest() {
+        let cache = BatchCache::new(8192);
+        let log = cache.register_log();
+        cache.insert(log, 0, 0, 4096, 4096, buffer(1));
+        cache.insert(log, 0, 4096, 100, 4096, buffer(2));
+        let mut out = Vec::new();
+        assert!(cache.copy_range(log, 0, 10, 20, &mut out));
+        assert_eq!(out, vec![1u8; 20]);
+        out.clear();
+        assert!(
+            !cache.copy_range(log, 0, 4096, 101, &mut out),
+            "past the written bytes"
+        );
+        assert!(!cache.copy_range(log, 5, 0, 1, &mut out), "other segment");
+        cache.insert(log, 0, 8192, 10, 4096, buffer(3));
+        assert_eq!(cache.size_bytes(), 8192);
+        assert!(
+            !cache.copy_range(log, 0, 10, 20, &mut out),
+            "oldest evicted"
+        );
+        cache.remove_log(log);
+        assert_eq!(cache.size_bytes(), 0);
+    }
+}

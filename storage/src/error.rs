@@ -1,0 +1,83 @@
+//! Error types of the storage crate, one enum per layer.
+//!
+//! Invariants: an `AppendError::Batch` affects only the producer request that carried the batch
+//! (Kafka CORRUPT_MESSAGE); a `StorageError::Failed` affects the whole partition log until it is
+//! reopened (the log latched after a failed write or fdatasync and will not pretend durability).
+
+use std::path::PathBuf;
+
+use crate::batch::BatchError;
+
+/// Failures of the partition log's files.
+#[derive(thiserror::Error, Debug)]
+pub enum StorageError {
+    /// An I/O operation failed. `op` names the operation ("write", "fdatasync", ...).
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The log latched a fatal failure (a failed write or fdatasync) and refuses further appends
+    /// and syncs; reopening the log runs recovery.
+    #[error("log {path} failed earlier and refuses writes: {reason}")]
+    Failed { path: PathBuf, reason: String },
+    /// A file on disk is not what it must be and could not be repaired.
+    #[error("corrupt file {path}: {reason}")]
+    CorruptFile { path: PathBuf, reason: String },
+    /// The log was closed or deleted.
+    #[error("log {path} is closed")]
+    Closed { path: PathBuf },
+    /// Appends outran the disk: the bytes waiting to be written reached their limit. The caller
+    /// should `flush().await` and retry (backpressure, nothing was stored).
+    #[error("write buffer full: {pending_bytes} bytes pending, limit {pending_bytes_max}")]
+    WriteBufferFull {
+        pending_bytes: usize,
+        pending_bytes_max: usize,
+    },
+    /// The `LogConfig` is unusable.
+    #[error("invalid log config: {0}")]
+    InvalidConfig(String),
+}
+
+impl StorageError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StorageError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        StorageError::CorruptFile {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Failures of `Log::append`.
+#[derive(thiserror::Error, Debug)]
+pub enum AppendError {
+    /// A batch of the request is invalid; nothing of the request was stored (CORRUPT_MESSAGE).
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Failures of `Log::read`.
+#[derive(thiserror::Error, Debug)]
+pub enum ReadError {
+    /// The offset is outside `[log_start_offset, log_end_offset]` (OFFSET_OUT_OF_RANGE).
+    #[error("offset {offset} out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}

@@ -1,0 +1,1496 @@
+//! The partition log: an ordered list of segments, the last one active, with a write-behind
+//! queue in front of the files.
+//!
+//! Data path of an append: validate every batch (nothing stored if one is bad) → assign offsets
+//! in the header copy → copy the batch once into the tail chunk of the write queue → the writer
+//! task writes chunks in order, one write in flight, as soon as a chunk has data → `sync` shares
+//! one fdatasync among all callers whose data it covers (group commit).
+//!
+//! ```text
+//!  segments:  [s0 sealed][s1 sealed][s2 active ......................]
+//!  active:    0 ........ written_bytes ........ size_bytes
+//!                 on disk      |   queue chunks (memory)  |
+//!  queue:     [Data c7 in flight][Seal s1][Data c8 filling]   ops done in order
+//! ```
+//!
+//! Invariants: offsets are dense and increasing across segments; `ops_synced <= ops_done <=
+//! ops_enqueued`; at most one write and at most one fdatasync in flight; no `RefCell` borrow is
+//! held across an `.await`; after a failed write or fdatasync `failed` is set and never cleared
+//! (appends, flushes and syncs then fail with `StorageError::Failed`).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+use std::task::{Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+use glommio::io::DmaBuffer;
+
+use crate::batch::{
+    BatchError, BatchHeader, BatchIter, BASE_OFFSET_AT, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,
+    LEADER_EPOCH_AT,
+};
+use crate::cache::BatchCache;
+use crate::error::{AppendError, ReadError, StorageError};
+use crate::io::{align_down, align_up, sync_dir, IoMode, SegmentFile, BLOCK_BYTES};
+use crate::recovery::{
+    load_indexes, read_clean_shutdown, scan_segment, write_clean_shutdown, write_indexes,
+    CleanShutdown, CLEAN_SHUTDOWN_FILE,
+};
+use crate::segment::{
+    parse_log_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIMESTAMP_NONE,
+    TIME_INDEX_SUFFIX,
+};
+
+/// Bytes that may wait in the write queue, in units of `write_buffer_bytes_max`; beyond it
+/// appends get `StorageError::WriteBufferFull` (backpressure instead of unbounded memory).
+const PENDING_BUFFERS_MAX: usize = 8;
+/// Smallest chunk allocated for the write queue; chunks grow while the disk is busy.
+const CHUNK_BYTES_MIN: usize = 64 << 10;
+/// Largest read issued at once when looking for batches (MACHINE.md: page-cache reads are
+/// fastest at 64–256 KiB, but a fetch wants its bytes in one piece).
+const READ_WINDOW_BYTES_MAX: usize = 8 << 20;
+/// Upper bound on `max_bytes` of one read (Kafka's fetch.max.bytes default is 50 MiB).
+const READ_BYTES_MAX: usize = 64 << 20;
+/// Upper bound on `write_buffer_bytes_max`.
+const WRITE_BUFFER_BYTES_MAX: usize = 64 << 20;
+
+const _: () = assert!(CHUNK_BYTES_MIN % BLOCK_BYTES == 0);
+const _: () = assert!(READ_BYTES_MAX >= BATCH_BYTES_MAX);
+
+/// Configuration of one partition log (Kafka names in the comments).
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// log.segment.bytes: roll the active segment before it would exceed this size.
+    pub segment_bytes_max: u64,
+    /// log.roll.ms: roll the active segment once it is this old.
+    pub segment_ms_max: u64,
+    /// log.index.interval.bytes: bytes between sparse index entries.
+    pub index_interval_bytes: u32,
+    pub io_mode: IoMode,
+    /// Size of one coalescing write buffer of the partition.
+    pub write_buffer_bytes_max: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes_max: 1 << 30,
+            segment_ms_max: 7 * 24 * 60 * 60 * 1000,
+            index_interval_bytes: 4096,
+            io_mode: IoMode::default(),
+            write_buffer_bytes_max: 1 << 20,
+        }
+    }
+}
+
+impl LogConfig {
+    fn check(&self) -> Result<(), StorageError> {
+        // Positions in the index are u32 and Kafka's own limit is i32::MAX.
+        if !(BATCH_HEADER_BYTES as u64..=i32::MAX as u64).contains(&self.segment_bytes_max) {
+            let reason = format!(
+                "segment_bytes_max {} not in [61, 2^31)",
+                self.segment_bytes_max
+            );
+            return Err(StorageError::InvalidConfig(reason));
+        }
+        if !(2 * BLOCK_BYTES..=WRITE_BUFFER_BYTES_MAX).contains(&self.write_buffer_bytes_max) {
+            let reason = format!(
+                "write_buffer_bytes_max {} not in [8 KiB, 64 MiB]",
+                self.write_buffer_bytes_max
+            );
+            return Err(StorageError::InvalidConfig(reason));
+        }
+        Ok(())
+    }
+
+    fn pending_bytes_max(&self) -> usize {
+        self.write_buffer_bytes_max * PENDING_BUFFERS_MAX
+    }
+}
+
+/// What `Log::append` stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// Largest batch max timestamp of the request (-1 if no batch carried one).
+    pub max_timestamp: i64,
+    /// Base offset of the batch that carried `max_timestamp`.
+    pub offset_of_max_timestamp: i64,
+    pub batch_count: usize,
+    pub bytes: usize,
+}
+
+/// What `Log::read` found.
+#[derive(Clone, Debug)]
+pub struct ReadResult {
+    /// Whole batches, contiguous.
+    pub records: Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// A handle to one partition's log. Cheap to clone, `!Send`: it lives on one glommio shard.
+#[derive(Clone)]
+pub struct Log {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    config: LogConfig,
+    cache: Rc<BatchCache>,
+    log_id: u64,
+    state: RefCell<State>,
+    signals: Rc<Signals>,
+}
+
+/// Wake-ups between the log's callers and its writer task.
+#[derive(Default)]
+struct Signals {
+    /// The writer waits here for work.
+    writer: Event,
+    /// Flush, sync and read callers wait here for ops to complete.
+    progress: Event,
+    shutdown: Cell<bool>,
+}
+
+/// A set of wakers woken together; waiters re-check their condition (single-threaded, so no
+/// wake-up can be lost between the check and the registration).
+#[derive(Default)]
+struct Event {
+    wakers: RefCell<Vec<Waker>>,
+}
+
+impl Event {
+    fn notify(&self) {
+        let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    async fn wait_until(&self, mut ready: impl FnMut() -> bool) {
+        futures_lite::future::poll_fn(|cx| {
+            if ready() {
+                return Poll::Ready(());
+            }
+            let mut wakers = self.wakers.borrow_mut();
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+struct State {
+    /// Ordered by base offset; never empty; the last one is active.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    queue: VecDeque<WriteOp>,
+    ops_enqueued: u64,
+    ops_done: u64,
+    ops_synced: u64,
+    write_in_flight: bool,
+    sync_in_flight: bool,
+    /// Files written since the last fdatasync started.
+    dirty_files: Vec<Rc<SegmentFile>>,
+    /// Appended bytes not yet written.
+    pending_bytes: usize,
+    next_chunk_bytes: usize,
+    failed: Option<String>,
+    closed: bool,
+}
+
+enum WriteOp {
+    Data(Chunk),
+    /// Finish a segment that is no longer active: drop padding, fdatasync, write its indexes.
+    Seal {
+        segment_base_offset: i64,
+        op_seq: u64,
+    },
+}
+
+/// A run of appended bytes of one segment, written with one write.
+struct Chunk {
+    segment_base_offset: i64,
+    /// File position of the chunk's first byte (block aligned in direct mode).
+    position: u64,
+    /// Valid bytes, including `head_bytes`.
+    len: usize,
+    /// Direct mode: bytes copied from the previous partial block, already written once.
+    head_bytes: usize,
+    /// Allocation size, what the chunk costs in memory.
+    capacity_bytes: usize,
+    op_seq: u64,
+    buf: ChunkBuf,
+}
+
+enum ChunkBuf {
+    Dma(DmaBuffer),
+    Heap(Vec<u8>),
+    /// Direct write in flight; the buffer stays readable (and goes to the cache afterwards).
+    InFlightDma(Rc<DmaBuffer>),
+    /// Buffered write in flight; glommio owns the buffer until the write completes.
+    InFlightHeap,
+}
+
+impl Chunk {
+    fn room_bytes(&self) -> usize {
+        match &self.buf {
+            ChunkBuf::Dma(buf) => buf.len() - self.len,
+            ChunkBuf::Heap(buf) => buf.capacity() - buf.len(),
+            ChunkBuf::InFlightDma(_) | ChunkBuf::InFlightHeap => 0,
+        }
+    }
+
+    fn bytes(&self) -> Option<&[u8]> {
+        match &self.buf {
+            ChunkBuf::Dma(buf) => Some(&buf.as_bytes()[..self.len]),
+            ChunkBuf::Heap(buf) => Some(&buf[..]),
+            ChunkBuf::InFlightDma(buf) => Some(&buf.as_bytes()[..self.len]),
+            ChunkBuf::InFlightHeap => None,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        match &mut self.buf {
+            ChunkBuf::Dma(buf) => {
+                buf.as_bytes_mut()[self.len..self.len + bytes.len()].copy_from_slice(bytes)
+            }
+            ChunkBuf::Heap(buf) => buf.extend_from_slice(bytes),
+            ChunkBuf::InFlightDma(_) | ChunkBuf::InFlightHeap => {
+                unreachable!("push_bytes only fills chunks that are not in flight")
+            }
+        }
+        self.len += bytes.len();
+    }
+}
+
+/// One queue op taken by the writer.
+enum Job {
+    Direct {
+        chunk: ChunkInfo,
+        buf: Rc<DmaBuffer>,
+    },
+    Buffered {
+        chunk: ChunkInfo,
+        buf: Vec<u8>,
+    },
+    Seal {
+        segment_base_offset: i64,
+    },
+}
+
+#[derive(Clone, Copy)]
+struct ChunkInfo {
+    segment_base_offset: i64,
+    position: u64,
+    len: usize,
+    head_bytes: usize,
+    capacity_bytes: usize,
+}
+
+impl State {
+    fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log always has an active segment")
+    }
+
+    fn segment_slot(&self, base_offset: i64) -> Option<usize> {
+        self.segments
+            .binary_search_by_key(&base_offset, |s| s.base_offset)
+            .ok()
+    }
+
+    /// Index of the segment that holds `offset` (the last one with base <= offset).
+    fn segment_slot_for_offset(&self, offset: i64) -> usize {
+        self.segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1)
+    }
+
+    fn check_writable(&self, dir: &Path) -> Result<(), StorageError> {
+        if let Some(reason) = &self.failed {
+            return Err(StorageError::Failed {
+                path: dir.to_path_buf(),
+                reason: reason.clone(),
+            });
+        }
+        if self.closed {
+            return Err(StorageError::Closed {
+                path: dir.to_path_buf(),
+            });
+        }
+        Ok(())
+    }
+
+    fn writer_has_work(&self) -> bool {
+        self.failed.is_none() && !self.write_in_flight && !self.queue.is_empty()
+    }
+
+    fn enqueue(&mut self, op: impl FnOnce(u64) -> WriteOp) {
+        self.ops_enqueued += 1;
+        let op = op(self.ops_enqueued);
+        self.queue.push_back(op);
+    }
+
+    /// Copies `bytes`, which belong at `position` of the active segment, into the write queue.
+    fn push_bytes(&mut self, config: &LogConfig, mut position: u64, mut bytes: &[u8]) {
+        let segment_base_offset = self.active().base_offset;
+        while !bytes.is_empty() {
+            let fillable = matches!(
+                self.queue.back(),
+                Some(WriteOp::Data(c))
+                    if c.segment_base_offset == segment_base_offset && c.room_bytes() > 0
+            );
+            if !fillable {
+                let chunk = self.new_chunk(config, position, bytes.len());
+                self.enqueue(|_| WriteOp::Data(chunk));
+                let op_seq = self.ops_enqueued;
+                if let Some(WriteOp::Data(chunk)) = self.queue.back_mut() {
+                    chunk.op_seq = op_seq;
+                }
+            }
+            let Some(WriteOp::Data(chunk)) = self.queue.back_mut() else {
+                unreachable!("a fillable data chunk was just ensured at the back")
+            };
+            debug_assert_eq!(chunk.position + chunk.len as u64, position);
+            let take_bytes = chunk.room_bytes().min(bytes.len());
+            chunk.push(&bytes[..take_bytes]);
+            if chunk.room_bytes() == 0 {
+                // The disk is slower than appends: let the next chunk be larger.
+                self.next_chunk_bytes =
+                    (chunk.capacity_bytes * 2).min(config.write_buffer_bytes_max);
+            }
+            position += take_bytes as u64;
+            bytes = &bytes[take_bytes..];
+            self.pending_bytes += take_bytes;
+        }
+    }
+
+    fn new_chunk(&mut self, config: &LogConfig, position: u64, wanted_bytes: usize) -> Chunk {
+        let segment_base_offset = self.active().base_offset;
+        let size_bytes_max = align_up(config.write_buffer_bytes_max as u64) as usize;
+        match config.io_mode {
+            IoMode::Buffered => {
+                let capacity_bytes = wanted_bytes.clamp(
+                    self.next_chunk_bytes.min(config.write_buffer_bytes_max),
+                    config.write_buffer_bytes_max,
+                );
+                Chunk {
+                    segment_base_offset,
+                    position,
+                    len: 0,
+                    head_bytes: 0,
+                    capacity_bytes,
+                    op_seq: 0,
+                    buf: ChunkBuf::Heap(Vec::with_capacity(capacity_bytes)),
+                }
+            }
+            IoMode::Direct => {
+                let block_position = align_down(position);
+                let head_bytes = (position - block_position) as usize;
+                let mut head = [0u8; BLOCK_BYTES];
+                self.copy_tail(segment_base_offset, block_position, &mut head[..head_bytes]);
+                let capacity_bytes = align_up(
+                    (head_bytes + wanted_bytes)
+                        .clamp(self.next_chunk_bytes.min(size_bytes_max), size_bytes_max)
+                        as u64,
+                ) as usize;
+                // Heap-backed aligned memory: glommio's io arena is tiny and these buffers live
+                // on in the cache.
+                let mut buf = glommio::allocate_dma_buffer_global(capacity_bytes);
+                // Zeroed so the padding written past the logical end is zeros.
+                buf.as_bytes_mut().fill(0);
+                buf.as_bytes_mut()[..head_bytes].copy_from_slice(&head[..head_bytes]);
+                Chunk {
+                    segment_base_offset,
+                    position: block_position,
+                    len: head_bytes,
+                    head_bytes,
+                    capacity_bytes,
+                    op_seq: 0,
+                    buf: ChunkBuf::Dma(buf),
+                }
+            }
+        }
+    }
+
+    /// Direct mode: the bytes `[block_position, block_position + out.len())` of a segment, the
+    /// partial last block, from the newest queued chunk of the segment or the segment's copy.
+    fn copy_tail(&self, segment_base_offset: i64, block_position: u64, out: &mut [u8]) {
+        if out.is_empty() {
+            return;
+        }
+        for op in self.queue.iter().rev() {
+            if let WriteOp::Data(chunk) = op {
+                if chunk.segment_base_offset == segment_base_offset {
+                    let bytes = chunk.bytes().expect("direct chunks stay readable");
+                    let from = (block_position - chunk.position) as usize;
+                    out.copy_from_slice(&bytes[from..from + out.len()]);
+                    return;
+                }
+            }
+        }
+        let slot = self
+            .segment_slot(segment_base_offset)
+            .expect("active segment exists");
+        let tail = &self.segments[slot].tail_block;
+        assert_eq!(
+            tail.len(),
+            out.len(),
+            "tail block out of step with the segment size"
+        );
+        out.copy_from_slice(tail);
+    }
+
+    /// Takes the op at the front of the queue for writing.
+    fn take_job(&mut self) -> Option<Job> {
+        let front = self.queue.front_mut()?;
+        self.write_in_flight = true;
+        let job = match front {
+            WriteOp::Seal {
+                segment_base_offset,
+                ..
+            } => Job::Seal {
+                segment_base_offset: *segment_base_offset,
+            },
+            WriteOp::Data(chunk) => {
+                let info = ChunkInfo {
+                    segment_base_offset: chunk.segment_base_offset,
+                    position: chunk.position,
+                    len: chunk.len,
+                    head_bytes: chunk.head_bytes,
+                    capacity_bytes: chunk.capacity_bytes,
+                };
+                if chunk.len * 4 < chunk.capacity_bytes {
+                    // Appends are not outrunning the disk: shrink future chunks.
+                    self.next_chunk_bytes = (self.next_chunk_bytes / 2).max(CHUNK_BYTES_MIN);
+                }
+                match std::mem::replace(&mut chunk.buf, ChunkBuf::InFlightHeap) {
+                    ChunkBuf::Dma(mut buf) => {
+                        buf.trim_to_size(align_up(chunk.len as u64) as usize);
+                        let buf = Rc::new(buf);
+                        chunk.buf = ChunkBuf::InFlightDma(buf.clone());
+                        Job::Direct { chunk: info, buf }
+                    }
+                    ChunkBuf::Heap(buf) => Job::Buffered { chunk: info, buf },
+                    ChunkBuf::InFlightDma(_) | ChunkBuf::InFlightHeap => {
+                        unreachable!("only the writer takes jobs, one at a time")
+                    }
+                }
+            }
+        };
+        Some(job)
+    }
+
+    /// Records a completed data write; returns the buffer to cache in direct mode.
+    fn complete_data(&mut self, info: ChunkInfo, file: &Rc<SegmentFile>) -> Option<Rc<DmaBuffer>> {
+        let Some(WriteOp::Data(chunk)) = self.queue.pop_front() else {
+            unreachable!("the completed op is the front data op")
+        };
+        self.ops_done = chunk.op_seq;
+        self.write_in_flight = false;
+        self.pending_bytes -= info.len - info.head_bytes;
+        if !self.dirty_files.iter().any(|f| Rc::ptr_eq(f, file)) {
+            self.dirty_files.push(file.clone());
+        }
+        let end = info.position + info.len as u64;
+        let more_queued = self.queue.iter().any(
+            |op| matches!(op, WriteOp::Data(c) if c.segment_base_offset == info.segment_base_offset),
+        );
+        let slot = self
+            .segment_slot(info.segment_base_offset)
+            .expect("written segment exists");
+        let segment = &mut self.segments[slot];
+        segment.written_bytes = end;
+        match chunk.buf {
+            ChunkBuf::InFlightDma(buf) => {
+                if !more_queued {
+                    let from = (align_down(end) - info.position) as usize;
+                    segment.tail_block.clear();
+                    segment
+                        .tail_block
+                        .extend_from_slice(&buf.as_bytes()[from..info.len]);
+                }
+                Some(buf)
+            }
+            _ => None,
+        }
+    }
+
+    fn complete_seal(&mut self) {
+        let Some(WriteOp::Seal {
+            segment_base_offset,
+            op_seq,
+        }) = self.queue.pop_front()
+        else {
+            unreachable!("the completed op is the front seal op")
+        };
+        self.ops_done = op_seq;
+        self.write_in_flight = false;
+        if let Some(slot) = self.segment_slot(segment_base_offset) {
+            self.segments[slot].tail_block = Vec::new();
+        }
+    }
+
+    /// Copies `[from, to)` of a segment's queued (not yet written) bytes into `out`.
+    /// `Err(())` if part of it is inside a buffered write in flight (wait and retry).
+    fn copy_queued(
+        &self,
+        segment_base_offset: i64,
+        mut from: u64,
+        to: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ()> {
+        while from < to {
+            let chunk = self.queue.iter().rev().find_map(|op| match op {
+                WriteOp::Data(c)
+                    if c.segment_base_offset == segment_base_offset
+                        && c.position <= from
+                        && from < c.position + c.len as u64 =>
+                {
+                    Some(c)
+                }
+                _ => None,
+            });
+            let Some(chunk) = chunk else { return Err(()) };
+            let bytes = chunk.bytes().ok_or(())?;
+            let at = (from - chunk.position) as usize;
+            let end = (to - chunk.position).min(chunk.len as u64) as usize;
+            out.extend_from_slice(&bytes[at..end]);
+            from += (end - at) as u64;
+        }
+        Ok(())
+    }
+}
+
+/// How to get a range of a segment's bytes.
+enum ReadPlan {
+    Done(Bytes),
+    /// The range is in a buffered write in flight: wait for ops_done to move past this.
+    Wait(u64),
+    File {
+        file: Rc<SegmentFile>,
+        file_bytes: usize,
+        queued: Vec<u8>,
+    },
+}
+
+impl Inner {
+    fn failed_error(&self, reason: &str) -> StorageError {
+        StorageError::Failed {
+            path: self.dir.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn latch(&self, error: &StorageError) {
+        tracing::error!(dir = %self.dir.display(), %error, "log failed; refusing writes");
+        let mut state = self.state.borrow_mut();
+        state.write_in_flight = false;
+        state.sync_in_flight = false;
+        if state.failed.is_none() {
+            state.failed = Some(error.to_string());
+        }
+    }
+
+    /// The file of a segment, created (and made durable in the directory) on first use.
+    async fn segment_file(
+        &self,
+        segment_base_offset: i64,
+    ) -> Result<Rc<SegmentFile>, StorageError> {
+        let existing = {
+            let state = self.state.borrow();
+            let slot = state.segment_slot(segment_base_offset);
+            slot.and_then(|slot| state.segments[slot].file.clone())
+        };
+        if let Some(file) = existing {
+            return Ok(file);
+        }
+        let path = segment_path(&self.dir, segment_base_offset, LOG_SUFFIX);
+        let file = Rc::new(SegmentFile::open(&path, self.config.io_mode).await?);
+        sync_dir(&self.dir).await?;
+        let mut state = self.state.borrow_mut();
+        if let Some(slot) = state.segment_slot(segment_base_offset) {
+            state.segments[slot].file = Some(file.clone());
+        }
+        Ok(file)
+    }
+
+    /// Performs the op at the front of the queue.
+    async fn write_next(&self) -> Result<(), StorageError> {
+        let Some(job) = self.state.borrow_mut().take_job() else {
+            return Ok(());
+        };
+        match job {
+            Job::Direct { chunk, buf } => {
+                let file = self.segment_file(chunk.segment_base_offset).await?;
+                file.write_direct(buf, chunk.position).await?;
+                let written = self.state.borrow_mut().complete_data(chunk, &file);
+                if let Some(buf) = written {
+                    self.cache.insert(
+                        self.log_id,
+                        chunk.segment_base_offset,
+                        chunk.position,
+                        chunk.len,
+                        chunk.capacity_bytes,
+                        buf,
+                    );
+                }
+            }
+            Job::Buffered { chunk, buf } => {
+                let file = self.segment_file(chunk.segment_base_offset).await?;
+                file.write_buffered(buf, chunk.position).await?;
+                self.state.borrow_mut().complete_data(chunk, &file);
+            }
+            Job::Seal {
+                segment_base_offset,
+            } => {
+                self.seal_segment(segment_base_offset).await?;
+                self.state.borrow_mut().complete_seal();
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a segment's files final: `.log` without padding and durable, indexes written.
+    async fn seal_segment(&self, segment_base_offset: i64) -> Result<(), StorageError> {
+        let file = self.segment_file(segment_base_offset).await?;
+        let (size_bytes, index_bytes, time_index_bytes) = {
+            let state = self.state.borrow();
+            let slot = state
+                .segment_slot(segment_base_offset)
+                .expect("sealed segment exists");
+            let segment = &state.segments[slot];
+            (
+                segment.size_bytes,
+                segment.index.encode(),
+                segment.time_index.encode(),
+            )
+        };
+        if self.config.io_mode == IoMode::Direct {
+            file.truncate(size_bytes).await?;
+        }
+        file.fdatasync().await?;
+        write_indexes(
+            &self.dir,
+            segment_base_offset,
+            index_bytes,
+            time_index_bytes,
+        )
+        .await?;
+        sync_dir(&self.dir).await
+    }
+
+    /// Plans reading `[position, position + len)` of a segment; copies what is in memory now.
+    fn plan_read(
+        &self,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+    ) -> Result<ReadPlan, StorageError> {
+        let state = self.state.borrow();
+        let Some(slot) = state.segment_slot(segment_base_offset) else {
+            return Err(StorageError::Closed {
+                path: self.dir.clone(),
+            });
+        };
+        let segment = &state.segments[slot];
+        let end = position + len as u64;
+        if end > segment.size_bytes {
+            let reason = format!("read to {end} past segment end {}", segment.size_bytes);
+            return Err(StorageError::corrupt(
+                segment_path(&self.dir, segment_base_offset, LOG_SUFFIX),
+                reason,
+            ));
+        }
+        let written = segment.written_bytes;
+        let file_end = end.min(written);
+        let mut queued = Vec::new();
+        if end > written {
+            queued.reserve((end - position.max(written)) as usize);
+            if state
+                .copy_queued(segment_base_offset, position.max(written), end, &mut queued)
+                .is_err()
+            {
+                return Ok(ReadPlan::Wait(state.ops_done));
+            }
+        }
+        if position >= file_end {
+            return Ok(ReadPlan::Done(Bytes::from(queued)));
+        }
+        let file_bytes = (file_end - position) as usize;
+        if self.config.io_mode == IoMode::Direct {
+            let mut out = Vec::with_capacity(len);
+            if self.cache.copy_range(
+                self.log_id,
+                segment_base_offset,
+                position,
+                file_bytes,
+                &mut out,
+            ) {
+                out.extend_from_slice(&queued);
+                return Ok(ReadPlan::Done(Bytes::from(out)));
+            }
+        }
+        let file = segment
+            .file
+            .clone()
+            .expect("a segment with written bytes has a file");
+        Ok(ReadPlan::File {
+            file,
+            file_bytes,
+            queued,
+        })
+    }
+
+    /// Bytes `[position, position + len)` of a segment, from the write queue, the cache or disk.
+    async fn read_segment(
+        &self,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+    ) -> Result<Bytes, StorageError> {
+        loop {
+            match self.plan_read(segment_base_offset, position, len)? {
+                ReadPlan::Done(bytes) => return Ok(bytes),
+                ReadPlan::Wait(ops_done) => {
+                    self.signals
+                        .progress
+                        .wait_until(|| {
+                            let state = self.state.borrow();
+                            state.ops_done != ops_done || state.failed.is_some()
+                        })
+                        .await;
+                }
+                ReadPlan::File {
+                    file,
+                    file_bytes,
+                    queued,
+                } => {
+                    let on_disk = file.read_exact(position, file_bytes).await?;
+                    if queued.is_empty() {
+                        return Ok(on_disk);
+                    }
+                    let mut joined = BytesMut::with_capacity(len);
+                    joined.extend_from_slice(&on_disk);
+                    joined.extend_from_slice(&queued);
+                    return Ok(joined.freeze());
+                }
+            }
+        }
+    }
+
+    fn segment_size_bytes(&self, segment_base_offset: i64) -> Result<u64, StorageError> {
+        let state = self.state.borrow();
+        match state.segment_slot(segment_base_offset) {
+            Some(slot) => Ok(state.segments[slot].size_bytes),
+            None => Err(StorageError::Closed {
+                path: self.dir.clone(),
+            }),
+        }
+    }
+
+    fn next_segment_base(&self, segment_base_offset: i64) -> Option<i64> {
+        let state = self.state.borrow();
+        let slot = state
+            .segments
+            .partition_point(|s| s.base_offset <= segment_base_offset);
+        state.segments.get(slot).map(|s| s.base_offset)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.signals.shutdown.set(true);
+        self.signals.writer.notify();
+        self.signals.progress.notify();
+        self.cache.remove_log(self.log_id);
+    }
+}
+
+/// Writes queued ops in order, one in flight, as soon as there are any. Holds the log only
+/// weakly so that dropping every `Log` handle stops it.
+async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
+    loop {
+        signals
+            .writer
+            .wait_until(|| {
+                signals.shutdown.get()
+                    || log
+                        .upgrade()
+                        .map_or(true, |inner| inner.state.borrow().writer_has_work())
+            })
+            .await;
+        if signals.shutdown.get() {
+            break;
+        }
+        let Some(inner) = log.upgrade() else { break };
+        if let Err(error) = inner.write_next().await {
+            inner.latch(&error);
+            signals.progress.notify();
+            break;
+        }
+        drop(inner);
+        signals.progress.notify();
+    }
+    signals.progress.notify();
+}
+
+/// A window of one segment's bytes, refilled as a scan moves forward.
+struct SegmentReader {
+    segment_base_offset: i64,
+    position: u64,
+    data: Bytes,
+    window_bytes: usize,
+}
+
+impl SegmentReader {
+    fn new(window_bytes: usize) -> Self {
+        SegmentReader {
+            segment_base_offset: i64::MIN,
+            position: 0,
+            data: Bytes::new(),
+            window_bytes: window_bytes.clamp(BLOCK_BYTES, READ_WINDOW_BYTES_MAX),
+        }
+    }
+
+    async fn bytes(
+        &mut self,
+        inner: &Inner,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+    ) -> Result<Bytes, StorageError> {
+        let covered = self.segment_base_offset == segment_base_offset
+            && self.position <= position
+            && position + len as u64 <= self.position + self.data.len() as u64;
+        if !covered {
+            let size_bytes = inner.segment_size_bytes(segment_base_offset)?;
+            let available = size_bytes.saturating_sub(position) as usize;
+            let want = len.max(self.window_bytes).min(available);
+            self.data = inner
+                .read_segment(segment_base_offset, position, want)
+                .await?;
+            self.segment_base_offset = segment_base_offset;
+            self.position = position;
+        }
+        let at = (position - self.position) as usize;
+        Ok(self.data.slice(at..at + len))
+    }
+
+    /// Header of the batch at `position`, `None` at the end of the segment.
+    async fn header_at(
+        &mut self,
+        inner: &Inner,
+        segment_base_offset: i64,
+        position: u64,
+    ) -> Result<Option<BatchHeader>, StorageError> {
+        let size_bytes = inner.segment_size_bytes(segment_base_offset)?;
+        if position >= size_bytes {
+            return Ok(None);
+        }
+        let path = || segment_path(&inner.dir, segment_base_offset, LOG_SUFFIX);
+        if position + BATCH_HEADER_BYTES as u64 > size_bytes {
+            return Err(StorageError::corrupt(
+                path(),
+                format!("partial batch at {position}"),
+            ));
+        }
+        let bytes = self
+            .bytes(inner, segment_base_offset, position, BATCH_HEADER_BYTES)
+            .await?;
+        let header = BatchHeader::parse(&bytes)
+            .map_err(|e| StorageError::corrupt(path(), format!("at {position}: {e}")))?;
+        if position + header.total_bytes() as u64 > size_bytes {
+            return Err(StorageError::corrupt(
+                path(),
+                format!("batch at {position} past end"),
+            ));
+        }
+        Ok(Some(header))
+    }
+}
+
+impl Log {
+    /// Opens (creating if missing) the log in `dir`, recovering it if the last shutdown was not
+    /// clean, and starts its writer task on the current glommio executor.
+    pub async fn open(
+        dir: PathBuf,
+        config: LogConfig,
+        cache: Rc<BatchCache>,
+    ) -> Result<Log, StorageError> {
+        config.check()?;
+        // Blocking directory calls, once per open: glommio has no async mkdir/readdir.
+        std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
+        let bases = list_segment_bases(&dir)?;
+        let clean_shutdown = read_clean_shutdown(&dir).await?;
+        let checkpoint_path = dir.join(CLEAN_SHUTDOWN_FILE);
+        if checkpoint_path.exists() {
+            // Gone before anything is appended: a crash from here on must run recovery.
+            std::fs::remove_file(&checkpoint_path)
+                .map_err(|e| StorageError::io("remove", &checkpoint_path, e))?;
+            sync_dir(&dir).await?;
+        }
+        let segments = open_segments(&dir, &config, &bases, clean_shutdown).await?;
+        let log_start_offset = segments[0].base_offset;
+        let log_end_offset = segments.last().map_or(log_start_offset, |s| s.next_offset);
+        let state = State {
+            segments,
+            log_start_offset,
+            log_end_offset,
+            queue: VecDeque::new(),
+            ops_enqueued: 0,
+            ops_done: 0,
+            ops_synced: 0,
+            write_in_flight: false,
+            sync_in_flight: false,
+            dirty_files: Vec::new(),
+            pending_bytes: 0,
+            next_chunk_bytes: CHUNK_BYTES_MIN,
+            failed: None,
+            closed: false,
+        };
+        let signals = Rc::new(Signals::default());
+        let inner = Rc::new(Inner {
+            dir,
+            log_id: cache.register_log(),
+            config,
+            cache,
+            state: RefCell::new(state),
+            signals: signals.clone(),
+        });
+        glommio::spawn_local(writer_task(Rc::downgrade(&inner), signals)).detach();
+        Ok(Log { inner })
+    }
+
+    /// Validates every batch in `records` first (nothing is stored if any is invalid), then
+    /// assigns offsets: each batch's base offset becomes the log end offset and its partition
+    /// leader epoch is set to `leader_epoch` (both outside the CRC). Copies the bytes once, into
+    /// the write queue, and does not wait for I/O. Rolls the segment by size or age first.
+    pub fn append(
+        &self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, AppendError> {
+        let inner = &*self.inner;
+        let config = &inner.config;
+        if records.is_empty() {
+            return Err(BatchError::Empty.into());
+        }
+        let mut offset_count: u64 = 0;
+        let mut batch_count = 0;
+        for item in BatchIter::new(records) {
+            let (header, _) = item?;
+            // Kafka's produce check: a producer's batch has one offset per record.
+            if i64::from(header.record_count) != i64::from(header.last_offset_delta) + 1 {
+                return Err(BatchError::InvalidRecordCount {
+                    record_count: header.record_count,
+                    last_offset_delta: header.last_offset_delta,
+                }
+                .into());
+            }
+            offset_count += header.last_offset_delta as u64 + 1;
+            batch_count += 1;
+        }
+        let records_bytes = records.len() as u64;
+        if records_bytes > config.segment_bytes_max || offset_count > u64::from(u32::MAX) {
+            return Err(BatchError::SizeMismatch {
+                batch_length: i32::MAX,
+            }
+            .into());
+        }
+
+        let mut state = inner.state.borrow_mut();
+        state.check_writable(&inner.dir)?;
+        let pending_bytes_max = config.pending_bytes_max();
+        if state.pending_bytes > 0 && state.pending_bytes + records.len() > pending_bytes_max {
+            return Err(StorageError::WriteBufferFull {
+                pending_bytes: state.pending_bytes,
+                pending_bytes_max,
+            }
+            .into());
+        }
+        let log_end_offset = state.log_end_offset;
+        let active = state.active();
+        let too_big = active.size_bytes + records_bytes > config.segment_bytes_max;
+        let too_old = active
+            .roll_base_ms
+            .is_some_and(|base_ms| now_ms.saturating_sub(base_ms) > config.segment_ms_max as i64);
+        let relative_end = log_end_offset + offset_count as i64 - 1 - active.base_offset;
+        let offsets_overflow = relative_end > i64::from(u32::MAX);
+        if active.size_bytes > 0 && (too_big || too_old || offsets_overflow) {
+            roll(&mut state, log_end_offset);
+        }
+        let active = state.active_mut();
+        if active.roll_base_ms.is_none() {
+            active.roll_base_ms = Some(now_ms);
+        }
+
+        let mut info = AppendInfo {
+            base_offset: log_end_offset,
+            last_offset: log_end_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: log_end_offset,
+            batch_count,
+            bytes: records.len(),
+        };
+        let mut next_offset = log_end_offset;
+        for item in BatchIter::new(records) {
+            // Validated above; the second pass re-parses headers only to avoid a Vec per call.
+            let (mut header, range) = item.expect("validated in the first pass");
+            header.base_offset = next_offset;
+            header.partition_leader_epoch = leader_epoch;
+            let mut head = [0u8; BATCH_HEADER_BYTES];
+            head.copy_from_slice(&records[range.start..range.start + BATCH_HEADER_BYTES]);
+            head[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&next_offset.to_be_bytes());
+            head[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+            let position = state.active().size_bytes;
+            state
+                .active_mut()
+                .on_batch(&header, position, config.index_interval_bytes);
+            state.push_bytes(config, position, &head);
+            let body = &records[range.start + BATCH_HEADER_BYTES..range.end];
+            state.push_bytes(config, position + BATCH_HEADER_BYTES as u64, body);
+            if header.max_timestamp > info.max_timestamp {
+                info.max_timestamp = header.max_timestamp;
+                info.offset_of_max_timestamp = header.base_offset;
+            }
+            info.last_offset = header.last_offset();
+            next_offset = header.last_offset() + 1;
+        }
+        state.log_end_offset = next_offset;
+        drop(state);
+        inner.signals.writer.notify();
+        Ok(info)
+    }
+
+    /// Whole batches starting with the one that contains `offset`, up to `max_bytes` but at
+    /// least one whole batch if any exists at or after `offset` (KIP-74).
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
+        let inner = &*self.inner;
+        let max_bytes = max_bytes.min(READ_BYTES_MAX);
+        let (log_start_offset, log_end_offset, mut segment_base_offset, mut position) = {
+            let state = inner.state.borrow();
+            let (start, end) = (state.log_start_offset, state.log_end_offset);
+            if offset < start || offset > end {
+                return Err(ReadError::OffsetOutOfRange {
+                    offset,
+                    log_start_offset: start,
+                    log_end_offset: end,
+                });
+            }
+            let segment = &state.segments[state.segment_slot_for_offset(offset)];
+            (
+                start,
+                end,
+                segment.base_offset,
+                u64::from(segment.index.lookup(offset)),
+            )
+        };
+        let empty = ReadResult {
+            records: Bytes::new(),
+            log_start_offset,
+            log_end_offset,
+        };
+        if offset == log_end_offset {
+            return Ok(empty);
+        }
+        let window_bytes = max_bytes.saturating_add(inner.config.index_interval_bytes as usize * 2);
+        let mut reader = SegmentReader::new(window_bytes);
+        let first = loop {
+            match reader
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                Some(header) if header.last_offset() < offset => {
+                    position += header.total_bytes() as u64;
+                }
+                Some(header) => break header,
+                None => match inner.next_segment_base(segment_base_offset) {
+                    Some(next) => {
+                        segment_base_offset = next;
+                        position = 0;
+                    }
+                    None => return Ok(empty),
+                },
+            }
+        };
+        let start = position;
+        let mut total_bytes = first.total_bytes();
+        position += total_bytes as u64;
+        while total_bytes < max_bytes {
+            match reader
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                Some(header) if total_bytes + header.total_bytes() <= max_bytes => {
+                    total_bytes += header.total_bytes();
+                    position += header.total_bytes() as u64;
+                }
+                _ => break,
+            }
+        }
+        let records = reader
+            .bytes(inner, segment_base_offset, start, total_bytes)
+            .await?;
+        // Pair assertion with the ingress check: what we hand out still has valid CRCs.
+        for item in BatchIter::new(&records) {
+            if let Err(error) = item {
+                let path = segment_path(&inner.dir, segment_base_offset, LOG_SUFFIX);
+                return Err(StorageError::corrupt(path, format!("at {start}: {error}")).into());
+            }
+        }
+        let state = inner.state.borrow();
+        Ok(ReadResult {
+            records,
+            log_start_offset: state.log_start_offset,
+            log_end_offset: state.log_end_offset,
+        })
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.inner.state.borrow().log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.inner.state.borrow().log_end_offset
+    }
+
+    /// Bytes of all segments, including appended bytes not yet written.
+    pub fn size_bytes(&self) -> u64 {
+        self.inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.size_bytes)
+            .sum()
+    }
+
+    /// Earliest offset whose batch max timestamp is >= `timestamp`, with that batch's max
+    /// timestamp (Kafka ListOffsets, at batch granularity); `None` if no batch qualifies.
+    pub async fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, StorageError> {
+        let inner = &*self.inner;
+        let candidates: Vec<(i64, u64)> = {
+            let state = inner.state.borrow();
+            state
+                .segments
+                .iter()
+                .filter(|s| s.max_timestamp != TIMESTAMP_NONE && s.max_timestamp >= timestamp)
+                .map(|s| {
+                    (
+                        s.base_offset,
+                        u64::from(s.index.lookup(s.time_index.lookup(timestamp))),
+                    )
+                })
+                .collect()
+        };
+        let mut reader = SegmentReader::new(inner.config.index_interval_bytes as usize * 2);
+        for (segment_base_offset, mut position) in candidates {
+            while let Some(header) = reader
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                if header.max_timestamp >= timestamp {
+                    return Ok(Some((header.base_offset, header.max_timestamp)));
+                }
+                position += header.total_bytes() as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits until everything appended before the call is written to its file (no fsync).
+    pub async fn flush(&self) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let target = inner.state.borrow().ops_enqueued;
+        inner.signals.writer.notify();
+        inner
+            .signals
+            .progress
+            .wait_until(|| {
+                let state = inner.state.borrow();
+                state.ops_done >= target || state.failed.is_some()
+            })
+            .await;
+        let state = inner.state.borrow();
+        match &state.failed {
+            Some(reason) if state.ops_done < target => Err(inner.failed_error(reason)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes everything appended before the call durable (written + fdatasync). Group commit:
+    /// one fdatasync at a time per log covers every caller whose data was written before it
+    /// started; a caller whose data it did not cover waits for the next one.
+    pub async fn sync(&self) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let target = inner.state.borrow().ops_enqueued;
+        inner.signals.writer.notify();
+        loop {
+            let files = {
+                let mut state = inner.state.borrow_mut();
+                if let Some(reason) = &state.failed {
+                    return Err(inner.failed_error(reason));
+                }
+                if state.ops_synced >= target {
+                    return Ok(());
+                }
+                if state.sync_in_flight || state.ops_done < target {
+                    None
+                } else {
+                    state.sync_in_flight = true;
+                    Some((state.ops_done, std::mem::take(&mut state.dirty_files)))
+                }
+            };
+            let Some((covered, files)) = files else {
+                inner
+                    .signals
+                    .progress
+                    .wait_until(|| {
+                        let state = inner.state.borrow();
+                        state.failed.is_some()
+                            || state.ops_synced >= target
+                            || (!state.sync_in_flight && state.ops_done >= target)
+                    })
+                    .await;
+                continue;
+            };
+            let mut result = Ok(());
+            for file in &files {
+                result = file.fdatasync().await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Ok(()) => {
+                    let mut state = inner.state.borrow_mut();
+                    state.sync_in_flight = false;
+                    state.ops_synced = state.ops_synced.max(covered);
+                }
+                // Never retried: the kernel may have dropped the dirty pages (fsyncgate).
+                Err(error) => {
+                    inner.latch(&error);
+                    inner.signals.progress.notify();
+                    return Err(error);
+                }
+            }
+            inner.signals.progress.notify();
+        }
+    }
+
+    /// Flushes, syncs and records a clean shutdown so that the next open skips recovery.
+    /// Appends fail with `StorageError::Closed` afterwards.
+    pub async fn close(&self) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        {
+            let mut state = inner.state.borrow_mut();
+            if state.closed {
+                return Ok(());
+            }
+            if let Some(reason) = &state.failed {
+                return Err(inner.failed_error(reason));
+            }
+            state.closed = true;
+        }
+        self.flush().await?;
+        let (base_offset, log_end_offset, size_bytes, index_bytes, time_index_bytes) = {
+            let mut state = inner.state.borrow_mut();
+            let log_end_offset = state.log_end_offset;
+            let active = state.active_mut();
+            active.complete_time_index();
+            (
+                active.base_offset,
+                log_end_offset,
+                active.size_bytes,
+                active.index.encode(),
+                active.time_index.encode(),
+            )
+        };
+        let file = inner.segment_file(base_offset).await?;
+        if inner.config.io_mode == IoMode::Direct {
+            file.truncate(size_bytes).await?;
+        }
+        self.sync().await?;
+        file.fdatasync().await?;
+        write_indexes(&inner.dir, base_offset, index_bytes, time_index_bytes).await?;
+        let checkpoint = CleanShutdown {
+            log_end_offset,
+            active_base_offset: base_offset,
+            active_size_bytes: size_bytes,
+        };
+        write_clean_shutdown(&inner.dir, &checkpoint).await?;
+        sync_dir(&inner.dir).await?;
+        inner.signals.shutdown.set(true);
+        inner.signals.writer.notify();
+        inner.cache.remove_log(inner.log_id);
+        Ok(())
+    }
+
+    /// Removes every file of the log and its directory.
+    pub async fn delete(self) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        inner.state.borrow_mut().closed = true;
+        inner.signals.shutdown.set(true);
+        inner.signals.writer.notify();
+        inner
+            .signals
+            .progress
+            .wait_until(|| {
+                let state = inner.state.borrow();
+                !state.write_in_flight && !state.sync_in_flight
+            })
+            .await;
+        inner.cache.remove_log(inner.log_id);
+        std::fs::remove_dir_all(&inner.dir)
+            .map_err(|e| StorageError::io("remove dir", &inner.dir, e))
+    }
+}
+
+/// Starts a new active segment at `log_end_offset`; the old one is sealed by the writer.
+fn roll(state: &mut State, log_end_offset: i64) {
+    let old = state.active_mut();
+    old.complete_time_index();
+    let segment_base_offset = old.base_offset;
+    tracing::debug!(segment_base_offset, log_end_offset, "rolling segment");
+    state.enqueue(|op_seq| WriteOp::Seal {
+        segment_base_offset,
+        op_seq,
+    });
+    state.segments.push(Segment::new(log_end_offset, None));
+}
+
+fn list_segment_bases(dir: &Path) -> Result<Vec<i64>, StorageError> {
+    let mut bases = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("read dir", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io("read dir", dir, e))?;
+        if let Some(base) = entry.file_name().to_str().and_then(parse_log_file_name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError> {
+    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        let path = segment_path(dir, base_offset, suffix);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io("remove", &path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Opens every segment. Indexes are trusted only when consistent with their `.log`; the active
+/// segment is re-scanned unless the clean-shutdown checkpoint vouches for it; a segment whose
+/// scan ends early (torn tail) is truncated and every later segment removed, since nothing in
+/// them can have been synced (a sync covers all earlier segments too).
+async fn open_segments(
+    dir: &Path,
+    config: &LogConfig,
+    bases: &[i64],
+    clean_shutdown: Option<CleanShutdown>,
+) -> Result<Vec<Segment>, StorageError> {
+    let mut segments = Vec::with_capacity(bases.len().max(1));
+    if bases.is_empty() {
+        let path = segment_path(dir, 0, LOG_SUFFIX);
+        let file = Rc::new(SegmentFile::open(&path, config.io_mode).await?);
+        sync_dir(dir).await?;
+        segments.push(Segment::new(0, Some(file)));
+        return Ok(segments);
+    }
+    for (slot, &base_offset) in bases.iter().enumerate() {
+        let is_active = slot + 1 == bases.len();
+        let path = segment_path(dir, base_offset, LOG_SUFFIX);
+        let file = Rc::new(SegmentFile::open(&path, config.io_mode).await?);
+        let file_bytes = file.size_bytes().await?;
+        let known_next_offset = if is_active {
+            clean_shutdown
+                .filter(|c| {
+                    c.active_base_offset == base_offset && c.active_size_bytes == file_bytes
+                })
+                .map(|c| c.log_end_offset)
+        } else {
+            Some(bases[slot + 1])
+        };
+        let mut segment = Segment::new(base_offset, Some(file.clone()));
+        let loaded = match known_next_offset {
+            Some(next_offset) => load_indexes(dir, &mut segment, file_bytes, next_offset).await?,
+            None => Err("last shutdown was not clean".to_string()),
+        };
+        let mut torn = false;
+        if let Err(reason) = loaded {
+            tracing::info!(path = %path.display(), %reason, "rebuilding segment from its .log");
+            segment = Segment::new(base_offset, Some(file.clone()));
+            let outcome =
+                scan_segment(&file, file_bytes, &mut segment, config.index_interval_bytes).await?;
+            if outcome.valid_bytes < file_bytes {
+                tracing::warn!(
+                    path = %path.display(),
+                    valid_bytes = outcome.valid_bytes,
+                    file_bytes,
+                    reason = outcome.stop_reason.as_deref().unwrap_or(""),
+                    "truncating segment at the first invalid batch"
+                );
+                file.truncate(outcome.valid_bytes).await?;
+                file.fdatasync().await?;
+                torn = true;
+            }
+            if !is_active {
+                torn |= segment.next_offset != bases[slot + 1];
+                segment.complete_time_index();
+                let (index, time_index) = (segment.index.encode(), segment.time_index.encode());
+                write_indexes(dir, base_offset, index, time_index).await?;
+            }
+        }
+        segments.push(segment);
+        if torn && !is_active {
+            for &later in &bases[slot + 1..] {
+                tracing::warn!(base_offset = later, "removing segment after a torn one");
+                remove_segment_files(dir, later)?;
+            }
+            sync_dir(dir).await?;
+            break;
+        }
+    }
+    if config.io_mode == IoMode::Direct {
+        let active = segments
+            .last_mut()
+            .expect("at least one segment was opened");
+        let block_position = align_down(active.size_bytes);
+        let tail_bytes = (active.size_bytes - block_position) as usize;
+        if tail_bytes > 0 {
+            let file = active.file.clone().expect("opened segments have files");
+            active.tail_block = file.read_exact(block_position, tail_bytes).await?.to_vec();
+        }
+    }
+    Ok(segments)
+}
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

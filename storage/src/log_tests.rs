@@ -1,0 +1,590 @@
+//! Unit tests of the partition log, each run in both I/O modes inside a glommio executor with a
+//! small io memory, on a temporary directory.
+
+use std::future::Future;
+use std::rc::Rc;
+
+use super::*;
+use crate::batch::test_batches::{batch_base_offsets, encode_batch, BatchSpec};
+
+fn run<F: Future<Output = ()> + 'static>(test: impl FnOnce() -> F + Send + 'static) {
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .make()
+        .expect("glommio executor")
+        .run(test());
+}
+
+fn modes() -> [IoMode; 2] {
+    [IoMode::Buffered, IoMode::Direct]
+}
+
+fn config(io_mode: IoMode) -> LogConfig {
+    LogConfig {
+        io_mode,
+        ..LogConfig::default()
+    }
+}
+
+fn batch(record_count: i32, base_timestamp: i64) -> Vec<u8> {
+    encode_batch(&BatchSpec {
+        record_count,
+        base_timestamp,
+        ..BatchSpec::default()
+    })
+}
+
+async fn open(dir: &Path, config: LogConfig) -> Log {
+    Log::open(dir.to_path_buf(), config, Rc::new(BatchCache::new(8 << 20)))
+        .await
+        .expect("open")
+}
+
+/// Every batch from `offset` to the end, in order.
+async fn read_all(log: &Log, mut offset: i64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while offset < log.log_end_offset() {
+        let result = log.read(offset, 1 << 20).await.expect("read");
+        assert!(!result.records.is_empty());
+        for item in BatchIter::new(&result.records) {
+            let (header, _) = item.expect("valid batch");
+            offset = header.last_offset() + 1;
+        }
+        out.extend_from_slice(&result.records);
+    }
+    out
+}
+
+#[test]
+fn append_assigns_offsets_and_epoch_and_reads_back() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            let mut request = batch(3, 1_000);
+            request.extend_from_slice(&batch(2, 2_000));
+            let info = log.append(&request, 7, 0).expect("append");
+            assert_eq!(info.base_offset, 0);
+            assert_eq!(info.last_offset, 4);
+            assert_eq!(info.batch_count, 2);
+            assert_eq!(info.bytes, request.len());
+            assert_eq!(info.max_timestamp, 2_001);
+            assert_eq!(info.offset_of_max_timestamp, 3);
+            let info = log.append(&batch(1, 3_000), 8, 0).expect("append");
+            assert_eq!((info.base_offset, info.last_offset), (5, 5));
+            assert_eq!(log.log_end_offset(), 6);
+            assert_eq!(
+                log.size_bytes(),
+                (request.len() + batch(1, 3_000).len()) as u64
+            );
+
+            // Served from the write queue, then from disk (or the cache).
+            for pass in 0..2 {
+                let all = log.read(0, 1 << 20).await.expect("read");
+                assert_eq!(
+                    batch_base_offsets(&all.records),
+                    vec![0, 3, 5],
+                    "pass {pass}"
+                );
+                assert_eq!((all.log_start_offset, all.log_end_offset), (0, 6));
+                let epochs: Vec<i32> = BatchIter::new(&all.records)
+                    .map(|b| b.expect("valid").0.partition_leader_epoch)
+                    .collect();
+                assert_eq!(epochs, vec![7, 7, 8]);
+                log.flush().await.expect("flush");
+            }
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn read_in_the_middle_of_a_batch_returns_the_whole_batch() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            for _ in 0..3 {
+                log.append(&batch(4, 1_000), 0, 0).expect("append");
+            }
+            log.flush().await.expect("flush");
+            let result = log.read(6, 1 << 20).await.expect("read");
+            assert_eq!(batch_base_offsets(&result.records), vec![4, 8]);
+            // KIP-74: at least one whole batch even if it is larger than max_bytes.
+            let result = log.read(5, 1).await.expect("read");
+            assert_eq!(batch_base_offsets(&result.records), vec![4]);
+            let one_batch_bytes = batch(4, 1_000).len();
+            let result = log.read(0, one_batch_bytes * 2 + 1).await.expect("read");
+            assert_eq!(batch_base_offsets(&result.records), vec![0, 4]);
+        });
+    }
+}
+
+#[test]
+fn read_at_and_after_the_end() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            assert!(log
+                .read(0, 100)
+                .await
+                .expect("empty log")
+                .records
+                .is_empty());
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+            let at_end = log.read(2, 100).await.expect("read at end");
+            assert!(at_end.records.is_empty());
+            assert_eq!(at_end.log_end_offset, 2);
+            for offset in [3, -1] {
+                match log.read(offset, 100).await {
+                    Err(ReadError::OffsetOutOfRange {
+                        log_end_offset: 2, ..
+                    }) => {}
+                    other => panic!("offset {offset}: expected out of range, got {other:?}"),
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn invalid_batches_store_nothing() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open(dir.path(), config(IoMode::Buffered)).await;
+        let mut request = batch(1, 1_000);
+        let mut bad = batch(1, 1_000);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        request.extend_from_slice(&bad);
+        match log.append(&request, 0, 0) {
+            Err(AppendError::Batch(BatchError::CrcMismatch { .. })) => {}
+            other => panic!("expected a crc error, got {other:?}"),
+        }
+        assert!(matches!(
+            log.append(&[], 0, 0),
+            Err(AppendError::Batch(BatchError::Empty))
+        ));
+        assert_eq!(log.log_end_offset(), 0);
+        assert_eq!(log.size_bytes(), 0);
+    });
+}
+
+#[test]
+fn segments_roll_by_size() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(2, 1_000).len() as u64;
+            let config = LogConfig {
+                segment_bytes_max: batch_bytes * 3,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config.clone()).await;
+            for _ in 0..7 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            log.flush().await.expect("flush");
+            let bases: Vec<i64> = log
+                .inner
+                .state
+                .borrow()
+                .segments
+                .iter()
+                .map(|s| s.base_offset)
+                .collect();
+            assert_eq!(bases, vec![0, 6, 12]);
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 0).await),
+                vec![0, 2, 4, 6, 8, 10, 12]
+            );
+            log.close().await.expect("close");
+            for name in ["00000000000000000006.log", "00000000000000000006.index"] {
+                assert!(dir.path().join(name).exists(), "{name}");
+            }
+            let log = open(dir.path(), config).await;
+            assert_eq!(log.log_end_offset(), 14);
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 5).await),
+                vec![4, 6, 8, 10, 12]
+            );
+            assert_eq!(
+                log.append(&batch(1, 1_000), 0, 0)
+                    .expect("append")
+                    .base_offset,
+                14
+            );
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn segments_roll_by_age() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig {
+            segment_ms_max: 1_000,
+            ..config(IoMode::Buffered)
+        };
+        let log = open(dir.path(), config).await;
+        log.append(&batch(1, 1_000), 0, 10_000).expect("append");
+        log.append(&batch(1, 1_000), 0, 10_900).expect("append");
+        assert_eq!(log.inner.state.borrow().segments.len(), 1);
+        log.append(&batch(1, 1_000), 0, 11_001).expect("append");
+        let bases: Vec<i64> = log
+            .inner
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.base_offset)
+            .collect();
+        assert_eq!(bases, vec![0, 2]);
+        assert_eq!(batch_base_offsets(&read_all(&log, 0).await), vec![0, 1, 2]);
+    });
+}
+
+#[test]
+fn offset_for_timestamp_finds_first_batch_at_or_after() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(3, 0).len() as u64;
+            let config = LogConfig {
+                segment_bytes_max: batch_bytes * 2,
+                index_interval_bytes: 1,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config.clone()).await;
+            assert_eq!(log.offset_for_timestamp(0).await.expect("lookup"), None);
+            for ts in [1_000, 2_000, 3_000, 4_000, 5_000] {
+                log.append(&batch(3, ts), 0, 0).expect("append");
+            }
+            let cases = [
+                (0, Some((0, 1_002))),
+                (1_002, Some((0, 1_002))),
+                (1_003, Some((3, 2_002))),
+                (3_500, Some((9, 4_002))),
+                (5_002, Some((12, 5_002))),
+                (5_003, None),
+            ];
+            for (ts, expected) in cases {
+                assert_eq!(
+                    log.offset_for_timestamp(ts).await.expect("lookup"),
+                    expected,
+                    "{ts}"
+                );
+            }
+            log.close().await.expect("close");
+            let log = open(dir.path(), config).await;
+            for (ts, expected) in cases {
+                assert_eq!(
+                    log.offset_for_timestamp(ts).await.expect("lookup"),
+                    expected,
+                    "{ts}"
+                );
+            }
+        });
+    }
+}
+
+#[test]
+fn reopen_after_clean_close_skips_recovery() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            for _ in 0..5 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            log.close().await.expect("close");
+            assert!(matches!(
+                log.append(&batch(1, 1_000), 0, 0),
+                Err(AppendError::Storage(StorageError::Closed { .. }))
+            ));
+            let checkpoint = dir.path().join(CLEAN_SHUTDOWN_FILE);
+            assert!(checkpoint.exists());
+            let log_file = dir.path().join("00000000000000000000.log");
+            let size = std::fs::metadata(&log_file).expect("stat").len();
+            assert_eq!(
+                size,
+                5 * batch(2, 1_000).len() as u64,
+                "no padding after close"
+            );
+
+            let log = open(dir.path(), config(mode)).await;
+            assert!(
+                !checkpoint.exists(),
+                "a crash after reopen must run recovery"
+            );
+            assert_eq!(log.log_end_offset(), 10);
+            assert_eq!(
+                log.append(&batch(1, 1_000), 0, 0)
+                    .expect("append")
+                    .base_offset,
+                10
+            );
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 0).await),
+                vec![0, 2, 4, 6, 8, 10]
+            );
+            log.sync().await.expect("sync");
+        });
+    }
+}
+
+#[test]
+fn torn_final_batch_is_truncated_and_appends_continue() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(2, 1_000).len() as u64;
+            let log = open(dir.path(), config(mode)).await;
+            for _ in 0..4 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            log.sync().await.expect("sync");
+            drop(log); // crash: no close
+            let log_file = dir.path().join("00000000000000000000.log");
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&log_file)
+                .expect("open");
+            file.set_len(batch_bytes * 4 - 10)
+                .expect("cut the last batch");
+            drop(file);
+
+            let log = open(dir.path(), config(mode)).await;
+            assert_eq!(log.log_end_offset(), 6);
+            assert_eq!(
+                std::fs::metadata(&log_file).expect("stat").len(),
+                batch_bytes * 3
+            );
+            assert_eq!(
+                log.append(&batch(2, 1_000), 0, 0)
+                    .expect("append")
+                    .base_offset,
+                6
+            );
+            log.sync().await.expect("sync");
+            drop(log);
+
+            // Garbage after the valid batches (a torn write of something else).
+            let mut bytes = std::fs::read(&log_file).expect("read");
+            bytes.truncate((batch_bytes * 4) as usize);
+            bytes.extend_from_slice(&[0xab; 300]);
+            std::fs::write(&log_file, &bytes).expect("write");
+            let log = open(dir.path(), config(mode)).await;
+            assert_eq!(log.log_end_offset(), 8);
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 0).await),
+                vec![0, 2, 4, 6]
+            );
+            assert_eq!(
+                log.append(&batch(1, 1_000), 0, 0)
+                    .expect("append")
+                    .base_offset,
+                8
+            );
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn corrupt_index_is_rebuilt() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(2, 1_000).len() as u64;
+            let config = LogConfig {
+                segment_bytes_max: batch_bytes * 4,
+                index_interval_bytes: 1,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config.clone()).await;
+            for ts in 0..10 {
+                log.append(&batch(2, ts * 100), 0, 0).expect("append");
+            }
+            log.close().await.expect("close");
+            let index = dir.path().join("00000000000000000000.index");
+            let good = std::fs::read(&index).expect("read index");
+            assert_eq!(good.len(), 3 * 8, "entries for batches 2..4");
+            let mut bad = good.clone();
+            bad[4..8].copy_from_slice(&u32::MAX.to_be_bytes()); // points past the end
+            std::fs::write(&index, &bad).expect("corrupt index");
+            std::fs::write(dir.path().join("00000000000000000008.timeindex"), [1, 2, 3])
+                .expect("corrupt time index");
+
+            let log = open(dir.path(), config).await;
+            assert_eq!(std::fs::read(&index).expect("read index"), good, "rebuilt");
+            assert_eq!(
+                batch_base_offsets(&log.read(5, 1).await.expect("read").records),
+                vec![4]
+            );
+            assert_eq!(
+                log.offset_for_timestamp(250).await.expect("lookup"),
+                Some((6, 301))
+            );
+            assert_eq!(log.log_end_offset(), 20);
+        });
+    }
+}
+
+#[test]
+fn batches_larger_than_the_write_buffer() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = LogConfig {
+                write_buffer_bytes_max: 8192,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config.clone()).await;
+            let big = encode_batch(&BatchSpec {
+                record_count: 4,
+                value_bytes: 9_000,
+                ..BatchSpec::default()
+            });
+            let small = batch(1, 1_000);
+            let mut expected = Vec::new();
+            for round in 0..6 {
+                let records = if round % 2 == 0 { &big } else { &small };
+                expected.push(log.log_end_offset());
+                log.append(records, 0, 0).expect("append");
+                if round % 2 == 1 {
+                    // Read back from the write queue first, then let the writer catch up.
+                    let tail = log.read(expected[round - 1], 1 << 20).await.expect("read");
+                    assert_eq!(tail.records.len(), big.len() + small.len());
+                    log.flush().await.expect("flush");
+                }
+            }
+            let all = read_all(&log, 0).await;
+            assert_eq!(batch_base_offsets(&all), vec![0, 4, 5, 9, 10, 14]);
+            log.close().await.expect("close");
+            let log = open(dir.path(), config).await;
+            assert_eq!(read_all(&log, 0).await, all);
+        });
+    }
+}
+
+#[test]
+fn appends_beyond_the_pending_limit_get_backpressure() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig {
+            write_buffer_bytes_max: 8192,
+            ..config(IoMode::Direct)
+        };
+        let log = open(dir.path(), config).await;
+        let records = encode_batch(&BatchSpec {
+            value_bytes: 4_000,
+            ..BatchSpec::default()
+        });
+        let mut accepted = 0;
+        let refused = loop {
+            match log.append(&records, 0, 0) {
+                Ok(_) => accepted += 1,
+                Err(error) => break error,
+            }
+            assert!(accepted < 100, "no backpressure");
+        };
+        assert!(matches!(
+            refused,
+            AppendError::Storage(StorageError::WriteBufferFull { .. })
+        ));
+        log.flush().await.expect("flush");
+        log.append(&records, 0, 0)
+            .expect("accepted again after the flush");
+        assert_eq!(log.log_end_offset(), accepted + 1);
+    });
+}
+
+#[test]
+fn concurrent_syncs_share_fdatasyncs() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            let mut tasks = Vec::new();
+            for _ in 0..16 {
+                let log = log.clone();
+                tasks.push(glommio::spawn_local(async move {
+                    let info = log.append(&batch(1, 1_000), 0, 0).expect("append");
+                    log.sync().await.expect("sync");
+                    info.base_offset
+                }));
+            }
+            let mut offsets = Vec::new();
+            for task in tasks {
+                offsets.push(task.await);
+            }
+            offsets.sort_unstable();
+            assert_eq!(offsets, (0..16).collect::<Vec<i64>>());
+            let state = log.inner.state.borrow();
+            assert_eq!(state.ops_synced, state.ops_enqueued);
+        });
+    }
+}
+
+#[test]
+fn direct_mode_serves_tailing_reads_from_the_cache() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(
+            dir.path().to_path_buf(),
+            config(IoMode::Direct),
+            cache.clone(),
+        )
+        .await
+        .expect("open");
+        log.append(&batch(2, 1_000), 0, 0).expect("append");
+        log.flush().await.expect("flush");
+        assert!(cache.size_bytes() > 0);
+        log.append(&batch(2, 1_000), 0, 0).expect("append");
+        log.flush().await.expect("flush");
+        // Remove the file's data behind the log's back: only the cache can answer now.
+        let log_file = dir.path().join("00000000000000000000.log");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log_file)
+            .expect("open")
+            .set_len(0)
+            .expect("cut");
+        assert_eq!(
+            batch_base_offsets(&log.read(0, 1 << 20).await.expect("read").records),
+            vec![0, 2]
+        );
+        log.delete().await.expect("delete");
+        assert_eq!(cache.size_bytes(), 0);
+        assert!(!dir.path().exists());
+    });
+}
+
+#[test]
+fn failed_write_latches_the_log() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open(dir.path(), config(IoMode::Buffered)).await;
+        log.append(&batch(1, 1_000), 0, 0).expect("append");
+        log.sync().await.expect("sync");
+        // Simulate an I/O failure the way the writer reports one.
+        log.inner.latch(&StorageError::io(
+            "write",
+            dir.path(),
+            std::io::Error::other("EIO"),
+        ));
+        assert!(matches!(
+            log.append(&batch(1, 1_000), 0, 0),
+            Err(AppendError::Storage(StorageError::Failed { .. }))
+        ));
+        assert!(matches!(log.sync().await, Err(StorageError::Failed { .. })));
+        assert_eq!(
+            batch_base_offsets(&log.read(0, 1 << 20).await.expect("read").records),
+            vec![0]
+        );
+    });
+}
