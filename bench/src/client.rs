@@ -208,7 +208,9 @@ impl Connection {
         encode_request(&mut self.out, corr, version, request)?;
         self.stream.write_all(&self.out).await?;
         read_frame(&mut self.stream, &mut self.frame).await?;
-        let (got, response) = decode_response::<R>(Bytes::copy_from_slice(&self.frame), version)?;
+        // Hand the frame to the decoder without copying; fetched records stay slices of it.
+        let frame = Bytes::from(std::mem::take(&mut self.frame));
+        let (got, response) = decode_response::<R>(frame, version)?;
         if got != corr {
             bail!("correlation id {got}, expected {corr}");
         }

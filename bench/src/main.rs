@@ -9,6 +9,7 @@
 
 mod cli;
 mod client;
+mod consume;
 mod cores;
 mod encode;
 mod matrix;

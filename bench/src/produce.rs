@@ -265,11 +265,24 @@ pub fn run(
         let bootstrap = bootstrap.to_string();
         let topic = topic.to_string();
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
+        let sent = total.sent as i64;
         cores::run_local(async move {
             let addr = client::resolve(&bootstrap).await?;
             let mut conn = Connection::connect(addr).await?;
-            let offsets = conn.list_offsets(&topic, &parts, -1).await?;
-            Ok::<_, anyhow::Error>(offsets.iter().map(|(_, o)| o).sum::<i64>())
+            // acks=0 requests may still be in the broker's queue: wait until the count reaches
+            // what was sent or stops moving for a second (at most 10 s).
+            let (mut last, mut still_ms) = (-1i64, 0);
+            for _ in 0..200 {
+                let offsets = conn.list_offsets(&topic, &parts, -1).await?;
+                let sum = offsets.iter().map(|(_, o)| o).sum::<i64>();
+                if sum >= sent || still_ms >= 1_000 {
+                    return Ok::<_, anyhow::Error>(sum);
+                }
+                still_ms = if sum == last { still_ms + 50 } else { 0 };
+                last = sum;
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(last)
         })?
         .ok()
     } else {
@@ -689,7 +702,7 @@ pub fn print(summary: &Summary, json: bool) -> Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn leaders(n: i32, brokers: u16) -> Vec<PartitionLeader> {
