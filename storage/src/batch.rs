@@ -59,6 +59,12 @@ pub enum BatchError {
     },
     #[error("unsupported compression codec {0}")]
     UnsupportedCompression(u8),
+    /// One append larger than a whole segment (Kafka: RECORD_LIST_TOO_LARGE).
+    #[error("{records_bytes} bytes of records exceed segment_bytes_max {segment_bytes_max}")]
+    RecordsTooLarge {
+        records_bytes: usize,
+        segment_bytes_max: u64,
+    },
 }
 
 /// The 61-byte header of a v2 record batch, decoded.

@@ -337,6 +337,23 @@ impl State {
         Ok(())
     }
 
+    /// Ok once the first `target` ops are done; otherwise why they never will be (the log
+    /// failed, or its writer stopped because the log was closed or deleted).
+    fn check_done(&self, dir: &Path, target: u64) -> Result<(), StorageError> {
+        if self.ops_done >= target {
+            return Ok(());
+        }
+        match &self.failed {
+            Some(reason) => Err(StorageError::Failed {
+                path: dir.to_path_buf(),
+                reason: reason.clone(),
+            }),
+            None => Err(StorageError::Closed {
+                path: dir.to_path_buf(),
+            }),
+        }
+    }
+
     fn writer_has_work(&self) -> bool {
         self.failed.is_none() && !self.write_in_flight && !self.queue.is_empty()
     }
@@ -773,9 +790,16 @@ impl Inner {
                         .progress
                         .wait_until(|| {
                             let state = self.state.borrow();
-                            state.ops_done != ops_done || state.failed.is_some()
+                            state.ops_done != ops_done
+                                || state.failed.is_some()
+                                || self.signals.shutdown.get()
                         })
                         .await;
+                    if self.signals.shutdown.get() {
+                        return Err(StorageError::Closed {
+                            path: self.dir.clone(),
+                        });
+                    }
                 }
                 ReadPlan::File {
                     file,
@@ -1010,8 +1034,9 @@ impl Log {
         }
         let records_bytes = records.len() as u64;
         if records_bytes > config.segment_bytes_max || offset_count > u64::from(u32::MAX) {
-            return Err(BatchError::SizeMismatch {
-                batch_length: i32::MAX,
+            return Err(BatchError::RecordsTooLarge {
+                records_bytes: records.len(),
+                segment_bytes_max: config.segment_bytes_max,
             }
             .into());
         }
@@ -1229,14 +1254,10 @@ impl Log {
             .progress
             .wait_until(|| {
                 let state = inner.state.borrow();
-                state.ops_done >= target || state.failed.is_some()
+                state.ops_done >= target || state.failed.is_some() || inner.signals.shutdown.get()
             })
             .await;
-        let state = inner.state.borrow();
-        match &state.failed {
-            Some(reason) if state.ops_done < target => Err(inner.failed_error(reason)),
-            _ => Ok(()),
-        }
+        inner.state.borrow().check_done(&inner.dir, target)
     }
 
     /// Makes everything appended before the call durable (written + fdatasync). Group commit:
@@ -1271,8 +1292,13 @@ impl Log {
                         state.failed.is_some()
                             || state.ops_synced >= target
                             || (!state.sync_in_flight && state.ops_done >= target)
+                            || inner.signals.shutdown.get()
                     })
                     .await;
+                let state = inner.state.borrow();
+                if state.ops_synced < target && state.ops_done < target {
+                    state.check_done(&inner.dir, target)?;
+                }
                 continue;
             };
             let mut result = Ok(());
@@ -1458,17 +1484,17 @@ async fn open_segments(
                 );
                 file.truncate(outcome.valid_bytes).await?;
                 file.fdatasync().await?;
-                torn = true;
             }
             if !is_active {
-                torn |= segment.next_offset != bases[slot + 1];
+                // Only missing offsets count: cutting direct-mode zero padding loses nothing.
+                torn = segment.next_offset != bases[slot + 1];
                 segment.complete_time_index();
                 let (index, time_index) = (segment.index.encode(), segment.time_index.encode());
                 write_indexes(dir, base_offset, index, time_index).await?;
             }
         }
         segments.push(segment);
-        if torn && !is_active {
+        if torn {
             for &later in &bases[slot + 1..] {
                 tracing::warn!(base_offset = later, "removing segment after a torn one");
                 remove_segment_files(dir, later)?;
