@@ -85,11 +85,15 @@ pub fn decode_request(mut frame: Bytes, apis: &SupportedApis) -> Result<Request,
     let header_version = api_key.request_header_version(api_version);
     let header = RequestHeader::decode(&mut frame, header_version).map_err(malformed)?;
     let body = RequestKind::decode(api_key, &mut frame, api_version).map_err(malformed)?;
+    // Kafka ignores bytes after the body, and some clients send them (librdkafka 2.x's
+    // Metadata v12 carries three), so they are ignored here too.
     if frame.has_remaining() {
-        return Err(malformed(anyhow::anyhow!(
-            "{} trailing bytes",
-            frame.remaining()
-        )));
+        tracing::trace!(
+            ?api_key,
+            api_version,
+            trailing_bytes = frame.remaining(),
+            "ignored"
+        );
     }
     Ok(Request {
         api_key,

@@ -1,0 +1,506 @@
+//! Broker configuration: Kafka's names and value formats, from an optional properties
+//! file overridden by `--set key=value` flags.
+//!
+//! Invariants: every value is parsed and range-checked once, at start-up, into a typed
+//! [`BrokerConfig`]; an unknown key is reported, never silently ignored; relationships
+//! between limits are checked here (a message must fit in a request, a request in the
+//! shard's request budget).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use storage::IoMode;
+use thiserror::Error;
+
+#[derive(Error, Debug)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: expected key=value, got {line:?}")]
+    Syntax { origin: String, line: String },
+    #[error("{key}={value}: {reason}")]
+    Value {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("unknown configuration key {0:?}")]
+    UnknownKey(String),
+}
+
+/// An address the node listens on or advertises: `PLAINTEXT://host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Listener {
+    fn parse(key: &str, value: &str) -> Result<Listener, ConfigError> {
+        let invalid = |reason: &str| ConfigError::Value {
+            key: key.into(),
+            value: value.into(),
+            reason: reason.into(),
+        };
+        let first = value.split(',').next().unwrap_or_default().trim();
+        let address = first
+            .strip_prefix("PLAINTEXT://")
+            .ok_or_else(|| invalid("only PLAINTEXT://host:port listeners are supported"))?;
+        let (host, port) = address
+            .rsplit_once(':')
+            .ok_or_else(|| invalid("missing :port"))?;
+        let port = port
+            .parse()
+            .map_err(|_| invalid("port is not a number 0-65535"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        Ok(Listener {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub cluster_id: String,
+    pub listener: Listener,
+    pub advertised: Listener,
+    pub log_dir: PathBuf,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics: bool,
+    pub segment_bytes_max: u64,
+    pub segment_ms_max: u64,
+    pub index_interval_bytes: u32,
+    pub flush_interval: Duration,
+    pub message_bytes_max: usize,
+    pub request_bytes_max: usize,
+    /// Request bytes one shard holds at most, over all its connections.
+    pub queued_request_bytes_max: usize,
+    pub io_mode: IoMode,
+    /// Batch cache per shard, for tailing consumers in direct mode.
+    pub cache_bytes_max: usize,
+    pub write_buffer_bytes_max: usize,
+    pub idle_timeout: Duration,
+    pub in_flight_requests_max: usize,
+    /// Defaults for topic-level settings that topics may override.
+    pub topic_defaults: BTreeMap<String, String>,
+}
+
+/// Topic-level configuration names a topic may override, with the broker key that gives
+/// their default, as in Kafka.
+pub const TOPIC_CONFIGS: &[(&str, &str, &str)] = &[
+    ("cleanup.policy", "log.cleanup.policy", "delete"),
+    ("compression.type", "compression.type", "producer"),
+    (
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        "86400000",
+    ),
+    ("flush.ms", "log.flush.interval.ms", "1000"),
+    ("index.interval.bytes", "log.index.interval.bytes", "4096"),
+    ("max.message.bytes", "message.max.bytes", "1048588"),
+    (
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        "CreateTime",
+    ),
+    ("min.insync.replicas", "min.insync.replicas", "1"),
+    ("retention.bytes", "log.retention.bytes", "-1"),
+    ("retention.ms", "log.retention.ms", "604800000"),
+    ("segment.bytes", "log.segment.bytes", "1073741824"),
+    ("segment.ms", "log.roll.ms", "604800000"),
+];
+
+/// Broker keys that are not topic defaults.
+const BROKER_KEYS: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "cluster.id",
+    "listeners",
+    "advertised.listeners",
+    "log.dirs",
+    "log.dir",
+    "num.partitions",
+    "default.replication.factor",
+    "auto.create.topics.enable",
+    "log.roll.hours",
+    "socket.request.max.bytes",
+    "queued.max.request.bytes",
+    "log.io.mode",
+    "log.cache.max.bytes",
+    "log.write.buffer.bytes",
+    "connections.max.idle.ms",
+    "max.in.flight.requests.per.connection",
+    "log.retention.hours",
+];
+
+impl BrokerConfig {
+    /// Reads `file` (if any), applies `overrides` in order, and validates.
+    pub fn load(file: Option<&Path>, overrides: &[String]) -> Result<BrokerConfig, ConfigError> {
+        let mut raw = BTreeMap::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.into(),
+                source,
+            })?;
+            parse_properties(&text, &path.display().to_string(), &mut raw)?;
+        }
+        for line in overrides {
+            parse_properties(line, "--set", &mut raw)?;
+        }
+        BrokerConfig::from_map(&raw)
+    }
+
+    pub fn from_map(raw: &BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
+        for key in raw.keys() {
+            let known = BROKER_KEYS.contains(&key.as_str())
+                || TOPIC_CONFIGS
+                    .iter()
+                    .any(|(_, broker_key, _)| broker_key == key);
+            if !known {
+                return Err(ConfigError::UnknownKey(key.clone()));
+            }
+        }
+        let get = |key: &str| raw.get(key).map(String::as_str);
+        let listener = Listener::parse(
+            "listeners",
+            get("listeners").unwrap_or("PLAINTEXT://127.0.0.1:9092"),
+        )?;
+        let advertised = match get("advertised.listeners") {
+            Some(value) => Listener::parse("advertised.listeners", value)?,
+            None if listener.host == "0.0.0.0" => Listener {
+                host: "127.0.0.1".into(),
+                ..listener.clone()
+            },
+            None => listener.clone(),
+        };
+        let segment_ms_max = match (get("log.roll.ms"), get("log.roll.hours")) {
+            (Some(ms), _) => number("log.roll.ms", ms, 1, u64::MAX / 2)?,
+            (None, Some(hours)) => number::<u64>("log.roll.hours", hours, 1, 1 << 30)? * 3_600_000,
+            (None, None) => 7 * 24 * 3_600_000,
+        };
+        let request_bytes_max: usize = number(
+            "socket.request.max.bytes",
+            get("socket.request.max.bytes").unwrap_or("104857600"),
+            1024,
+            i32::MAX as usize,
+        )?;
+        let message_bytes_max: usize = number(
+            "message.max.bytes",
+            get("message.max.bytes").unwrap_or("1048588"),
+            0,
+            i32::MAX as usize,
+        )?;
+        let queued_request_bytes_max = match get("queued.max.request.bytes") {
+            None | Some("-1") => request_bytes_max.saturating_mul(2),
+            Some(value) => number(
+                "queued.max.request.bytes",
+                value,
+                request_bytes_max,
+                usize::MAX / 2,
+            )?,
+        };
+        let io_mode = match get("log.io.mode").unwrap_or("buffered") {
+            "direct" => IoMode::Direct,
+            "buffered" => IoMode::Buffered,
+            other => {
+                return Err(ConfigError::Value {
+                    key: "log.io.mode".into(),
+                    value: other.into(),
+                    reason: "expected direct or buffered".into(),
+                })
+            }
+        };
+        let mut topic_defaults = BTreeMap::new();
+        for (topic_key, broker_key, default) in TOPIC_CONFIGS {
+            let value = get(broker_key).unwrap_or(default);
+            topic_defaults.insert(topic_key.to_string(), value.to_string());
+        }
+        if let (None, Some(hours)) = (get("log.retention.ms"), get("log.retention.hours")) {
+            let ms =
+                number::<i64>("log.retention.hours", hours, -1, 1 << 30)?.saturating_mul(3_600_000);
+            topic_defaults.insert("retention.ms".into(), ms.to_string());
+        }
+        topic_defaults.insert("segment.ms".into(), segment_ms_max.to_string());
+        let config = BrokerConfig {
+            node_id: number(
+                "node.id",
+                get("node.id").or(get("broker.id")).unwrap_or("1"),
+                0,
+                i32::MAX,
+            )?,
+            cluster_id: get("cluster.id").unwrap_or("ringlog-local").to_string(),
+            listener,
+            advertised,
+            log_dir: PathBuf::from(
+                get("log.dirs")
+                    .or(get("log.dir"))
+                    .unwrap_or("./data")
+                    .split(',')
+                    .next()
+                    .unwrap_or("./data"),
+            ),
+            num_partitions: number(
+                "num.partitions",
+                get("num.partitions").unwrap_or("1"),
+                1,
+                1 << 20,
+            )?,
+            default_replication_factor: number(
+                "default.replication.factor",
+                get("default.replication.factor").unwrap_or("1"),
+                1,
+                1,
+            )?,
+            auto_create_topics: boolean(
+                "auto.create.topics.enable",
+                get("auto.create.topics.enable").unwrap_or("true"),
+            )?,
+            segment_bytes_max: number(
+                "log.segment.bytes",
+                get("log.segment.bytes").unwrap_or("1073741824"),
+                14,
+                i32::MAX as u64,
+            )?,
+            segment_ms_max,
+            index_interval_bytes: number(
+                "log.index.interval.bytes",
+                get("log.index.interval.bytes").unwrap_or("4096"),
+                0,
+                i32::MAX as u32,
+            )?,
+            flush_interval: Duration::from_millis(number(
+                "log.flush.interval.ms",
+                get("log.flush.interval.ms").unwrap_or("1000"),
+                1,
+                u64::MAX / 2,
+            )?),
+            message_bytes_max,
+            request_bytes_max,
+            queued_request_bytes_max,
+            io_mode,
+            cache_bytes_max: number(
+                "log.cache.max.bytes",
+                get("log.cache.max.bytes").unwrap_or("67108864"),
+                0,
+                usize::MAX / 2,
+            )?,
+            write_buffer_bytes_max: number(
+                "log.write.buffer.bytes",
+                get("log.write.buffer.bytes").unwrap_or("1048576"),
+                4096,
+                1 << 30,
+            )?,
+            idle_timeout: Duration::from_millis(number(
+                "connections.max.idle.ms",
+                get("connections.max.idle.ms").unwrap_or("600000"),
+                1,
+                u64::MAX / 2,
+            )?),
+            in_flight_requests_max: number(
+                "max.in.flight.requests.per.connection",
+                get("max.in.flight.requests.per.connection").unwrap_or("32"),
+                1,
+                1024,
+            )?,
+            topic_defaults,
+        };
+        if config.message_bytes_max > config.request_bytes_max {
+            return Err(ConfigError::Value {
+                key: "message.max.bytes".into(),
+                value: config.message_bytes_max.to_string(),
+                reason: "must not exceed socket.request.max.bytes".into(),
+            });
+        }
+        Ok(config)
+    }
+
+    /// Every broker setting and its value, for DescribeConfigs on the broker resource.
+    pub fn described(&self) -> Vec<(String, String)> {
+        let mut out = vec![
+            ("node.id".to_string(), self.node_id.to_string()),
+            (
+                "listeners".into(),
+                format!("PLAINTEXT://{}:{}", self.listener.host, self.listener.port),
+            ),
+            (
+                "advertised.listeners".into(),
+                format!(
+                    "PLAINTEXT://{}:{}",
+                    self.advertised.host, self.advertised.port
+                ),
+            ),
+            ("log.dirs".into(), self.log_dir.display().to_string()),
+            ("num.partitions".into(), self.num_partitions.to_string()),
+            (
+                "default.replication.factor".into(),
+                self.default_replication_factor.to_string(),
+            ),
+            (
+                "auto.create.topics.enable".into(),
+                self.auto_create_topics.to_string(),
+            ),
+            (
+                "socket.request.max.bytes".into(),
+                self.request_bytes_max.to_string(),
+            ),
+            (
+                "queued.max.request.bytes".into(),
+                self.queued_request_bytes_max.to_string(),
+            ),
+            (
+                "log.io.mode".into(),
+                match self.io_mode {
+                    IoMode::Direct => "direct".into(),
+                    IoMode::Buffered => "buffered".into(),
+                },
+            ),
+            (
+                "log.cache.max.bytes".into(),
+                self.cache_bytes_max.to_string(),
+            ),
+            (
+                "connections.max.idle.ms".into(),
+                self.idle_timeout.as_millis().to_string(),
+            ),
+        ];
+        for (topic_key, broker_key, _) in TOPIC_CONFIGS {
+            out.push((
+                broker_key.to_string(),
+                self.topic_defaults[*topic_key].clone(),
+            ));
+        }
+        out.sort();
+        out
+    }
+}
+
+/// Java properties, the subset Kafka's files use: `key=value` or `key: value` lines,
+/// `#`/`!` comments, blank lines.
+fn parse_properties(
+    text: &str,
+    origin: &str,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .or_else(|| line.split_once(':'))
+            .ok_or_else(|| ConfigError::Syntax {
+                origin: origin.into(),
+                line: line.into(),
+            })?;
+        out.insert(key.trim().to_string(), value.trim().to_string());
+    }
+    Ok(())
+}
+
+fn number<T>(key: &str, value: &str, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let parsed: T = value.parse().map_err(|_| ConfigError::Value {
+        key: key.into(),
+        value: value.into(),
+        reason: "not a number".into(),
+    })?;
+    if parsed < min || parsed > max {
+        return Err(ConfigError::Value {
+            key: key.into(),
+            value: value.into(),
+            reason: format!("must be between {min} and {max}"),
+        });
+    }
+    Ok(parsed)
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ConfigError::Value {
+            key: key.into(),
+            value: value.into(),
+            reason: "expected true or false".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_run_a_local_node() {
+        let config = BrokerConfig::load(None, &[]).expect("defaults are valid");
+        assert_eq!(
+            config.listener,
+            Listener {
+                host: "127.0.0.1".into(),
+                port: 9092
+            }
+        );
+        assert_eq!(config.log_dir, PathBuf::from("./data"));
+        assert!(config.auto_create_topics);
+        assert_eq!(config.topic_defaults["max.message.bytes"], "1048588");
+    }
+
+    #[test]
+    fn file_then_flags_override() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("server.properties");
+        std::fs::write(
+            &path,
+            "# comment\nnum.partitions=3\nlog.dirs=/a,/b\nlog.io.mode = direct\n",
+        )
+        .expect("write");
+        let flags = vec![
+            "num.partitions=5".to_string(),
+            "listeners=PLAINTEXT://127.0.0.1:19092".to_string(),
+        ];
+        let config = BrokerConfig::load(Some(&path), &flags).expect("valid");
+        assert_eq!(config.num_partitions, 5);
+        assert_eq!(config.log_dir, PathBuf::from("/a"));
+        assert_eq!(config.listener.port, 19092);
+        assert_eq!(config.advertised.port, 19092);
+        assert!(matches!(config.io_mode, IoMode::Direct));
+    }
+
+    #[test]
+    fn bad_values_and_unknown_keys_are_errors() {
+        for flag in [
+            "num.partitions=0",
+            "log.io.mode=mmap",
+            "listeners=SSL://h:1",
+            "no.such=1",
+        ] {
+            assert!(
+                BrokerConfig::load(None, &[flag.to_string()]).is_err(),
+                "{flag}"
+            );
+        }
+        let too_big = [
+            "message.max.bytes=2000000",
+            "socket.request.max.bytes=1000000",
+        ];
+        let flags: Vec<String> = too_big.iter().map(|s| s.to_string()).collect();
+        assert!(BrokerConfig::load(None, &flags).is_err());
+    }
+
+    #[test]
+    fn topic_defaults_follow_broker_keys() {
+        let config = BrokerConfig::load(None, &["log.retention.hours=1".into()]).expect("ok");
+        assert_eq!(config.topic_defaults["retention.ms"], "3600000");
+    }
+}

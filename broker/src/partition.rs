@@ -1,0 +1,104 @@
+//! A partition as its owning shard holds it: the log plus who waits on it.
+//!
+//! Invariants: a `Partition` never leaves its shard (it is `!Send` through `Rc`); every
+//! successful append fires `appended`, so a fetch waiting for data wakes the moment data
+//! arrives rather than when its timer runs out. On a single node the high watermark is the
+//! log end offset: the only replica is the leader.
+
+use std::rc::Rc;
+
+use kafka_protocol::error::ResponseError;
+use shard::Notify;
+use storage::batch::{BatchHeader, BATCH_HEADER_BYTES};
+use storage::{AppendInfo, Log};
+use uuid::Uuid;
+
+use crate::errors;
+
+pub struct Partition {
+    pub topic_id: Uuid,
+    pub index: i32,
+    pub log: Log,
+    pub appended: Notify,
+    /// `max.message.bytes` of the topic: the largest record batch accepted.
+    pub message_bytes_max: usize,
+}
+
+/// Outcome of appending one partition's records, in Kafka's terms.
+pub struct AppendOutcome {
+    pub error_code: i16,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+impl Partition {
+    pub fn new(topic_id: Uuid, index: i32, log: Log, message_bytes_max: usize) -> Rc<Partition> {
+        Rc::new(Partition {
+            topic_id,
+            index,
+            log,
+            appended: Notify::new(),
+            message_bytes_max,
+        })
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.log.log_end_offset()
+    }
+
+    /// Appends `records` (one or more v2 batches) without waiting for the disk. Batches
+    /// above `max.message.bytes` are refused before anything is stored.
+    pub fn append(&self, records: &[u8], now_ms: i64) -> AppendOutcome {
+        let refused = |error_code| AppendOutcome {
+            error_code,
+            base_offset: -1,
+            log_start_offset: self.log.log_start_offset(),
+        };
+        if let Some(error_code) = self.oversized(records) {
+            return refused(error_code);
+        }
+        let info: AppendInfo = match self.log.append(records, 0, now_ms) {
+            Ok(info) => info,
+            Err(error) => {
+                tracing::warn!(partition = self.index, %error, "append refused");
+                return refused(errors::append_error(&error));
+            }
+        };
+        self.appended.notify_all();
+        AppendOutcome {
+            error_code: errors::NONE,
+            base_offset: info.base_offset,
+            log_start_offset: self.log.log_start_offset(),
+        }
+    }
+
+    /// Waits until everything appended so far is on disk (one fdatasync shared by every
+    /// waiter: group commit). Returns the Kafka error if the disk failed.
+    pub async fn sync(&self) -> i16 {
+        match self.log.sync().await {
+            Ok(()) => errors::NONE,
+            Err(error) => {
+                tracing::error!(partition = self.index, %error, "sync failed");
+                errors::storage_error(&error)
+            }
+        }
+    }
+
+    /// MESSAGE_TOO_LARGE if any batch exceeds `max.message.bytes`; other problems with the
+    /// bytes are left to the log's validation (CORRUPT_MESSAGE).
+    fn oversized(&self, records: &[u8]) -> Option<i16> {
+        let mut position = 0;
+        while position < records.len() {
+            let header = BatchHeader::parse(&records[position..]).ok()?;
+            let batch_bytes = header.total_bytes();
+            if batch_bytes < BATCH_HEADER_BYTES {
+                return None; // a lying length: validation reports it
+            }
+            if batch_bytes > self.message_bytes_max {
+                return Some(errors::code(ResponseError::MessageTooLarge));
+            }
+            position += batch_bytes;
+        }
+        None
+    }
+}

@@ -1,0 +1,138 @@
+//! CreateTopics: each topic is validated and created by the controller (shard 0);
+//! `validate_only` checks everything and creates nothing. Replica assignments may only
+//! name this node (it is the whole cluster).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+
+use super::describe_configs::topic_settings;
+use crate::controller::{Controller, Refusal, TopicSpec};
+use crate::errors::code;
+use crate::shard_state::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest, version: i16) -> ResponseKind {
+    let mut response = CreateTopicsResponse::default();
+    let validate_only = request.validate_only;
+    let mut seen = std::collections::HashSet::new();
+    for topic in request.topics {
+        let name = topic.name.to_string();
+        let mut result = CreatableTopicResult::default()
+            .with_name(topic.name.clone())
+            .with_num_partitions(-1)
+            .with_replication_factor(-1);
+        if !seen.insert(name.clone()) {
+            // Kafka refuses a name given twice in one request.
+            result.error_code = code(ResponseError::InvalidRequest);
+            result.error_message = Some(StrBytes::from_static_str("Duplicate topic name."));
+            response.topics.push(result);
+            continue;
+        }
+        let created = match spec(shard, &topic) {
+            Err(refusal) => Err(refusal),
+            Ok(spec) => shard
+                .router
+                .call(shard, 0, move |controller: Rc<Shard>| async move {
+                    Controller::create_topic(&controller, spec, validate_only).await
+                })
+                .await
+                .unwrap_or_else(|stopped| {
+                    Err(Refusal {
+                        error_code: code(ResponseError::BrokerNotAvailable),
+                        message: stopped.to_string(),
+                    })
+                }),
+        };
+        match created {
+            Ok(meta) => {
+                if version >= 5 {
+                    result.num_partitions = meta.partition_count;
+                    result.replication_factor = 1;
+                }
+                if version >= 7 && !validate_only {
+                    result.topic_id = meta.id;
+                }
+                if version >= 5 {
+                    let configs = topic_settings(&shard.config, &meta.configs)
+                        .into_iter()
+                        .map(|setting| {
+                            CreatableTopicConfigs::default()
+                                .with_name(StrBytes::from_string(setting.name))
+                                .with_value(Some(StrBytes::from_string(setting.value)))
+                                .with_config_source(setting.source)
+                        })
+                        .collect();
+                    result.configs = Some(configs);
+                }
+            }
+            Err(refusal) => {
+                result.error_code = refusal.error_code;
+                result.error_message = Some(StrBytes::from_string(refusal.message));
+            }
+        }
+        response.topics.push(result);
+    }
+    ResponseKind::CreateTopics(response)
+}
+
+/// The request for one topic, with Kafka's defaults (-1) resolved.
+fn spec(shard: &Shard, topic: &CreatableTopic) -> Result<TopicSpec, Refusal> {
+    let mut configs = BTreeMap::new();
+    for config in &topic.configs {
+        let Some(value) = &config.value else {
+            return Err(Refusal {
+                error_code: code(ResponseError::InvalidConfig),
+                message: format!(
+                    "Null value not supported for topic config {}",
+                    config.name.as_str()
+                ),
+            });
+        };
+        configs.insert(config.name.to_string(), value.to_string());
+    }
+    let (partition_count, replication_factor) = if topic.assignments.is_empty() {
+        let partitions = match topic.num_partitions {
+            -1 => shard.config.num_partitions,
+            n => n,
+        };
+        let replication = match topic.replication_factor {
+            -1 => shard.config.default_replication_factor,
+            n => n,
+        };
+        (partitions, replication)
+    } else {
+        if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            return Err(Refusal {
+                error_code: code(ResponseError::InvalidRequest),
+                message:
+                    "Both numPartitions or replicationFactor and replicasAssignments were set."
+                        .into(),
+            });
+        }
+        let node = shard.config.node_id;
+        for (expected, assignment) in topic.assignments.iter().enumerate() {
+            let only_here = assignment.broker_ids.iter().all(|id| id.0 == node);
+            if assignment.partition_index != expected as i32 || !only_here {
+                return Err(Refusal {
+                    error_code: code(ResponseError::InvalidReplicaAssignment),
+                    message: format!("Replica assignments may only name broker {node}."),
+                });
+            }
+        }
+        let replication = topic.assignments[0].broker_ids.len() as i16;
+        (topic.assignments.len() as i32, replication)
+    };
+    Ok(TopicSpec {
+        name: topic.name.to_string(),
+        partition_count,
+        replication_factor,
+        configs,
+    })
+}

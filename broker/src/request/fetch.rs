@@ -1,0 +1,343 @@
+//! Fetch: read whole batches from each owning shard, long-poll until `min_bytes` or
+//! `max_wait_ms`, trim to `max_bytes` in request order.
+//!
+//! ```text
+//! request ─▶ per-owner reads (concurrent) ─▶ enough? ─yes─▶ trim to max_bytes ─▶ response
+//!                  ▲                            │no
+//!                  └── first owner that sees ◀──┘ wait on every owner at once
+//!                      new data (or deadline)
+//! ```
+//! A waiting fetch is answered the moment an append makes its partitions grow: owners wait
+//! on their partitions' `appended` signals, and the first owner to see data ends the wait
+//! for all. Fetch sessions (KIP-227) are declined: the node answers session id 0, so clients
+//! keep sending full fetch requests; an incremental request for a session we never created
+//! gets FETCH_SESSION_ID_NOT_FOUND.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use shard::Notify;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use storage::batch::BatchHeader;
+use storage::ReadError;
+
+use crate::errors::{self, code, NONE};
+use crate::shard_state::Shard;
+
+/// Longest a fetch may wait, whatever the client asks: bounds the waiters a client can park.
+const WAIT_MS_MAX: i32 = 60_000;
+
+/// One partition's part of the request, with its place in the response.
+#[derive(Clone)]
+struct Part {
+    slot: (usize, usize),
+    topic: String,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+}
+
+pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> ResponseKind {
+    if request.session_id != 0 {
+        return ResponseKind::Fetch(
+            FetchResponse::default()
+                .with_error_code(code(ResponseError::FetchSessionIdNotFound))
+                .with_session_id(0),
+        );
+    }
+    let read_committed = request.isolation_level == 1;
+    let mut response = FetchResponse::default().with_session_id(0);
+    let mut parts_by_owner: Vec<Vec<Part>> = (0..shard.router.shard_count())
+        .map(|_| Vec::new())
+        .collect();
+    for (topic_index, topic) in request.topics.into_iter().enumerate() {
+        let name = topic.topic.to_string();
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for (partition_index, wanted) in topic.partitions.into_iter().enumerate() {
+            partitions.push(
+                empty_partition(wanted.partition, read_committed)
+                    .with_error_code(code(ResponseError::UnknownTopicOrPartition)),
+            );
+            if wanted.partition < 0 {
+                continue;
+            }
+            parts_by_owner[shard.owner(&name, wanted.partition)].push(Part {
+                slot: (topic_index, partition_index),
+                topic: name.clone(),
+                partition: wanted.partition,
+                offset: wanted.fetch_offset,
+                max_bytes: wanted.partition_max_bytes.max(1) as usize,
+            });
+        }
+        response.responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_string(name)))
+                .with_partitions(partitions),
+        );
+    }
+    let wait = Duration::from_millis(request.max_wait_ms.clamp(0, WAIT_MS_MAX) as u64);
+    let deadline = Instant::now() + wait;
+    let min_bytes = request.min_bytes.max(0) as usize;
+    loop {
+        let answers = read_everywhere(shard, &parts_by_owner, read_committed).await;
+        let total_bytes: usize = answers
+            .iter()
+            .map(|(_, d)| d.records.as_ref().map_or(0, Bytes::len))
+            .sum();
+        let failed = answers.iter().any(|(_, d)| d.error_code != NONE);
+        for ((topic_index, partition_index), data) in answers {
+            response.responses[topic_index].partitions[partition_index] = data;
+        }
+        if total_bytes >= min_bytes || failed || Instant::now() >= deadline {
+            break;
+        }
+        wait_for_data(shard, &parts_by_owner, deadline).await;
+    }
+    trim_to(&mut response, request.max_bytes.max(0) as usize);
+    if version < 5 {
+        // log_start_offset exists from v5 on; the codec refuses it in older versions.
+        for partition in response
+            .responses
+            .iter_mut()
+            .flat_map(|t| &mut t.partitions)
+        {
+            partition.log_start_offset = -1;
+        }
+    }
+    ResponseKind::Fetch(response)
+}
+
+fn empty_partition(index: i32, read_committed: bool) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
+        .with_aborted_transactions(read_committed.then(Vec::new))
+}
+
+/// Reads every part on its owner; owners work concurrently.
+async fn read_everywhere(
+    shard: &Rc<Shard>,
+    parts_by_owner: &[Vec<Part>],
+    read_committed: bool,
+) -> Vec<((usize, usize), PartitionData)> {
+    let mut calls = Vec::new();
+    for (owner, parts) in parts_by_owner.iter().enumerate() {
+        if parts.is_empty() {
+            continue;
+        }
+        let (shard, parts) = (shard.clone(), parts.clone());
+        calls.push(glommio::spawn_local(async move {
+            let job = move |owner: Rc<Shard>| read_on_owner(owner, parts, read_committed);
+            shard.router.call(&shard, owner, job).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for call in calls {
+        match call.await {
+            Ok(mut part_answers) => answers.append(&mut part_answers),
+            Err(stopped) => tracing::warn!(%stopped, "fetch part lost"),
+        }
+    }
+    answers
+}
+
+/// Runs on the owning shard.
+async fn read_on_owner(
+    shard: Rc<Shard>,
+    parts: Vec<Part>,
+    read_committed: bool,
+) -> Vec<((usize, usize), PartitionData)> {
+    let mut answers = Vec::with_capacity(parts.len());
+    for part in parts {
+        let mut data = empty_partition(part.partition, read_committed);
+        match shard.partition(&part.topic, part.partition) {
+            None => data.error_code = code(ResponseError::UnknownTopicOrPartition),
+            Some(partition) => {
+                let result = partition.log.read(part.offset, part.max_bytes).await;
+                let high_watermark = partition.high_watermark();
+                data.high_watermark = high_watermark;
+                data.last_stable_offset = high_watermark;
+                data.log_start_offset = partition.log.log_start_offset();
+                match result {
+                    Ok(read) => data.records = Some(read.records),
+                    Err(ReadError::OffsetOutOfRange { .. }) => {
+                        data.error_code = code(ResponseError::OffsetOutOfRange)
+                    }
+                    Err(error) => data.error_code = errors::read_error(&error),
+                }
+            }
+        }
+        answers.push((part.slot, data));
+    }
+    answers
+}
+
+/// Returns once any owner sees one of its parts' partitions grow past the fetch offset,
+/// or at `deadline`.
+async fn wait_for_data(shard: &Rc<Shard>, parts_by_owner: &[Vec<Part>], deadline: Instant) {
+    let woken = Rc::new(Notify::new());
+    let before = woken.generation();
+    for (owner, parts) in parts_by_owner.iter().enumerate() {
+        if parts.is_empty() {
+            continue;
+        }
+        let (shard, parts, woken) = (shard.clone(), parts.clone(), woken.clone());
+        glommio::spawn_local(async move {
+            let job = move |owner: Rc<Shard>| wait_on_owner(owner, parts, deadline);
+            let _ = shard.router.call(&shard, owner, job).await;
+            woken.notify_all();
+        })
+        .detach();
+    }
+    let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+    futures_lite::future::or(woken.changed_since(before), timer).await;
+}
+
+/// Runs on the owning shard: waits until a part's partition has data at its offset,
+/// the deadline passes, or the shard stops.
+async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
+    let partitions: Vec<_> = parts
+        .iter()
+        .filter_map(|part| {
+            shard
+                .partition(&part.topic, part.partition)
+                .map(|p| (p, part.offset))
+        })
+        .collect();
+    let stopping = shard.stopping.generation();
+    let generations: Vec<u64> = partitions
+        .iter()
+        .map(|(p, _)| p.appended.generation())
+        .collect();
+    // Checked after reading the generations, so an append in between is never missed.
+    if partitions
+        .iter()
+        .any(|(p, offset)| p.log.log_end_offset() > *offset)
+        || shard.is_stopped()
+    {
+        return;
+    }
+    let mut changes: Vec<_> = partitions
+        .iter()
+        .zip(&generations)
+        .map(|((partition, _), generation)| partition.appended.changed_since(*generation))
+        .collect();
+    let mut stop = shard.stopping.changed_since(stopping);
+    let any_change = futures_lite::future::poll_fn(|cx| {
+        if Pin::new(&mut stop).poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        for change in changes.iter_mut() {
+            if Pin::new(change).poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    });
+    let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+    futures_lite::future::or(any_change, timer).await;
+}
+
+/// Keeps whole batches, in request order, until `max_bytes`; the first batch of the first
+/// non-empty partition is always kept, however large (KIP-74), so a consumer can progress.
+fn trim_to(response: &mut FetchResponse, max_bytes: usize) {
+    let mut used_bytes = 0usize;
+    for topic in &mut response.responses {
+        for partition in &mut topic.partitions {
+            let Some(records) = partition.records.as_mut() else {
+                continue;
+            };
+            if records.is_empty() {
+                continue;
+            }
+            let room_bytes = max_bytes.saturating_sub(used_bytes);
+            let keep_bytes = if used_bytes == 0 {
+                whole_batches_within(records, room_bytes).max(first_batch_bytes(records))
+            } else {
+                whole_batches_within(records, room_bytes)
+            };
+            records.truncate(keep_bytes);
+            used_bytes += keep_bytes;
+        }
+    }
+}
+
+/// Bytes of the longest prefix of `records` made of whole batches and at most `limit` long.
+fn whole_batches_within(records: &[u8], limit: usize) -> usize {
+    let mut position = 0;
+    while position < records.len() {
+        let Ok(header) = BatchHeader::parse(&records[position..]) else {
+            break;
+        };
+        let next = position + header.total_bytes();
+        if next > limit || next > records.len() || header.total_bytes() == 0 {
+            break;
+        }
+        position = next;
+    }
+    position
+}
+
+fn first_batch_bytes(records: &[u8]) -> usize {
+    BatchHeader::parse(records).map_or(records.len(), |h| h.total_bytes().min(records.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two fake batches: only the length fields matter for trimming.
+    fn batches(sizes: &[usize]) -> Bytes {
+        let mut out = Vec::new();
+        for size in sizes {
+            let mut batch = vec![0u8; *size];
+            batch[8..12].copy_from_slice(&((*size - 12) as i32).to_be_bytes());
+            batch[16] = 2; // magic
+            out.extend_from_slice(&batch);
+        }
+        Bytes::from(out)
+    }
+
+    fn response(partitions: &[&[usize]]) -> FetchResponse {
+        let partitions = partitions
+            .iter()
+            .map(|sizes| PartitionData::default().with_records(Some(batches(sizes))))
+            .collect();
+        FetchResponse::default().with_responses(vec![
+            FetchableTopicResponse::default().with_partitions(partitions)
+        ])
+    }
+
+    fn kept(response: &FetchResponse) -> Vec<usize> {
+        response.responses[0]
+            .partitions
+            .iter()
+            .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+            .collect()
+    }
+
+    #[test]
+    fn trims_at_batch_boundaries_in_request_order() {
+        let mut fetched = response(&[&[100, 100], &[100]]);
+        trim_to(&mut fetched, 250);
+        assert_eq!(kept(&fetched), vec![200, 0]);
+    }
+
+    #[test]
+    fn always_keeps_the_first_batch() {
+        let mut fetched = response(&[&[], &[500, 100], &[100]]);
+        trim_to(&mut fetched, 10);
+        assert_eq!(kept(&fetched), vec![0, 500, 0]);
+    }
+}

@@ -1,0 +1,145 @@
+//! Metadata: brokers, and for each topic asked (all when the list is null) its id and
+//! partitions, each led by this node. Unknown topics are created with `num.partitions`
+//! when the client allows it and `auto.create.topics.enable` is on, as Kafka does; the
+//! answer then already shows the new topic, since creation waits for every shard.
+
+use std::rc::Rc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, MetadataRequest, MetadataResponse, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::controller::{validate_topic_name, Controller, TopicSpec};
+use crate::errors::code;
+use crate::metadata::TopicMeta;
+use crate::shard_state::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> ResponseKind {
+    let config = &shard.config;
+    let node = BrokerId(config.node_id);
+    // Before v4 there is no flag: auto-creation follows the broker setting alone.
+    let allow_create =
+        (version < 4 || request.allow_auto_topic_creation) && config.auto_create_topics;
+    let mut topics = Vec::new();
+    match request.topics {
+        None => {
+            let image = shard.image();
+            topics.extend(image.topics.values().map(|topic| describe(topic, node)));
+        }
+        Some(wanted) => {
+            for wanted in wanted {
+                let by_name = wanted.name.as_ref().map(|n| n.to_string());
+                let image = shard.image();
+                let found = match &by_name {
+                    Some(name) => image.topic(name).cloned(),
+                    None => image.topic_by_id(&wanted.topic_id).cloned(),
+                };
+                let answer = match (found, by_name) {
+                    (Some(topic), _) => describe(&topic, node),
+                    (None, Some(name)) if allow_create => auto_create(shard, name, node).await,
+                    (None, name) => MetadataResponseTopic::default()
+                        .with_name(name.map(|n| TopicName(StrBytes::from_string(n))))
+                        .with_topic_id(wanted.topic_id)
+                        .with_error_code(code(if wanted.name.is_some() {
+                            ResponseError::UnknownTopicOrPartition
+                        } else {
+                            ResponseError::UnknownTopicId
+                        })),
+                };
+                topics.push(answer);
+            }
+        }
+    }
+    fit_to_version(&mut topics, version);
+    let broker = MetadataResponseBroker::default()
+        .with_node_id(node)
+        .with_host(StrBytes::from_string(config.advertised.host.clone()))
+        .with_port(config.advertised.port.into());
+    ResponseKind::Metadata(
+        MetadataResponse::default()
+            .with_brokers(vec![broker])
+            .with_cluster_id(
+                (version >= 2).then(|| StrBytes::from_string(config.cluster_id.clone())),
+            )
+            .with_controller_id(if version >= 1 { node } else { BrokerId(-1) })
+            .with_topics(topics)
+            .with_cluster_authorized_operations(i32::MIN),
+    )
+}
+
+async fn auto_create(shard: &Rc<Shard>, name: String, node: BrokerId) -> MetadataResponseTopic {
+    let refused = |error_code: i16, name: String| {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name))))
+            .with_error_code(error_code)
+    };
+    if let Err(refusal) = validate_topic_name(&name) {
+        return refused(refusal.error_code, name);
+    }
+    let spec = TopicSpec {
+        name: name.clone(),
+        partition_count: shard.config.num_partitions,
+        replication_factor: shard.config.default_replication_factor,
+        configs: Default::default(),
+    };
+    let created = shard
+        .router
+        .call(shard, 0, move |controller: Rc<Shard>| async move {
+            Controller::create_topic(&controller, spec, false).await
+        })
+        .await;
+    match created {
+        Ok(Ok(topic)) => describe(&topic, node),
+        // Another request created it first: describe what exists.
+        Ok(Err(refusal)) if refusal.error_code == code(ResponseError::TopicAlreadyExists) => {
+            match shard.image().topic(&name) {
+                Some(topic) => describe(topic, node),
+                None => refused(code(ResponseError::LeaderNotAvailable), name),
+            }
+        }
+        Ok(Err(refusal)) => refused(refusal.error_code, name),
+        Err(_) => refused(code(ResponseError::LeaderNotAvailable), name),
+    }
+}
+
+fn describe(topic: &TopicMeta, node: BrokerId) -> MetadataResponseTopic {
+    let partitions = (0..topic.partition_count)
+        .map(|index| {
+            MetadataResponsePartition::default()
+                .with_partition_index(index)
+                .with_leader_id(node)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_topic_id(topic.id)
+        .with_is_internal(topic.name.starts_with("__"))
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(i32::MIN)
+}
+
+/// Clears fields the requested version does not have: the codec refuses to encode a field
+/// outside its versions unless it holds the default.
+fn fit_to_version(topics: &mut [MetadataResponseTopic], version: i16) {
+    for topic in topics {
+        if version < 10 {
+            topic.topic_id = Default::default();
+        }
+        if version < 1 {
+            topic.is_internal = false;
+        }
+        for partition in &mut topic.partitions {
+            if version < 7 {
+                partition.leader_epoch = -1;
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Start-up and shutdown of a node: load metadata, start one shard per core, open each
+//! shard's partitions (recovering them), then listen on the same port on every shard
+//! (SO_REUSEPORT); on SIGINT or SIGTERM stop accepting, flush and close every log.
+//!
+//! Invariants: no shard accepts a connection before every shard has opened its partitions
+//! (a request routed to a shard still recovering would see its partition missing); the data
+//! directory is locked (`.lock`, flock) so two nodes never write one log.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::{Arc, Barrier, Mutex};
+
+use anyhow::{bail, Context};
+use glommio::net::TcpListener;
+use net::ConnectionLimits;
+use shard::{Job, Mesh, Router, ShardsConfig};
+
+use crate::config::BrokerConfig;
+use crate::controller::Controller;
+use crate::metadata::{FileMetadataStore, MetadataImage};
+use crate::request::supported_apis;
+use crate::shard_state::Shard;
+
+/// Messages a shard's inbox holds before senders wait.
+const INBOX_CAPACITY: usize = 1024;
+/// Registered io memory per shard (locked memory is capped at 8 MiB per process here).
+const IO_MEMORY_BYTES: usize = 1 << 20;
+const RING_DEPTH: usize = 256;
+
+/// Runs a node until SIGINT or SIGTERM.
+pub fn run(config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<()> {
+    let shard_count = shard_count.unwrap_or_else(|| shard::executor::online_cpus().len());
+    std::fs::create_dir_all(&config.log_dir)
+        .with_context(|| format!("creating log.dirs {}", config.log_dir.display()))?;
+    let _lock = lock_data_dir(&config)?;
+    let controller = Controller::load(Box::new(FileMetadataStore::new(&config.log_dir)))
+        .context("loading metadata")?;
+    let image = controller.image();
+    tracing::info!(
+        topics = image.topics.len(),
+        shards = shard_count,
+        dir = %config.log_dir.display(),
+        "starting"
+    );
+    let signals = block_shutdown_signals();
+    let endpoints = Mesh::endpoints::<Job<Shard>>(shard_count, INBOX_CAPACITY);
+    let remote = endpoints[0].remote();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let signal = wait_for_signal(&signals);
+            tracing::info!(signal, "shutting down");
+            for target in 0..remote.shard_count() {
+                let stop: Job<Shard> = Box::new(|shard: Rc<Shard>| {
+                    Box::pin(async move { shard.stopping.notify_all() })
+                });
+                let _ = remote.send_blocking(target, stop);
+            }
+        })
+        .context("starting the signal thread")?;
+
+    // Start-up hand-off: each shard takes its own pieces once; never on a data path.
+    let startup = Arc::new(Mutex::new(Startup {
+        endpoints: endpoints.into_iter().map(Some).collect(),
+        controller: Some(SendController(controller)),
+    }));
+    let ready = Arc::new(Barrier::new(shard_count));
+    let config = Arc::new(config);
+    let shards = ShardsConfig {
+        shard_count,
+        io_memory_bytes: IO_MEMORY_BYTES,
+        ring_depth: RING_DEPTH,
+    };
+    let results = shard::run_shards(&shards, move |id| {
+        let (endpoint, controller) = {
+            let mut startup = startup.lock().expect("start-up lock is never poisoned");
+            let endpoint = startup.endpoints[id]
+                .take()
+                .expect("each shard starts once");
+            let controller = if id == 0 {
+                startup.controller.take().map(|c| c.0)
+            } else {
+                None
+            };
+            (endpoint, controller)
+        };
+        shard_main(
+            Router::new(endpoint),
+            config.clone(),
+            controller,
+            image.clone(),
+            ready.clone(),
+        )
+    })?;
+    for (id, result) in results.into_iter().enumerate() {
+        result.with_context(|| format!("shard {id}"))?;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+struct Startup {
+    endpoints: Vec<Option<shard::Endpoint<Job<Shard>>>>,
+    controller: Option<SendController>,
+}
+
+/// The controller is built on the launching thread and moved, once, to shard 0; it is
+/// never touched by two threads.
+struct SendController(Controller);
+// SAFETY: the controller (a file handle and plain data behind RefCells) is moved to
+// shard 0 before any use and never shared; no Rc inside it is cloned before the move.
+unsafe impl Send for SendController {}
+
+async fn shard_main(
+    router: Router<Shard>,
+    config: Arc<BrokerConfig>,
+    controller: Option<Controller>,
+    image: Arc<MetadataImage>,
+    ready: Arc<Barrier>,
+) -> anyhow::Result<()> {
+    let apis = Rc::new(supported_apis());
+    let shard = Rc::new(Shard::new(router, config.clone(), apis.clone(), controller));
+    let inbox = glommio::spawn_local({
+        let shard = shard.clone();
+        async move { shard.router.serve(shard.clone()).await }
+    })
+    .detach();
+    let opened = shard.apply_image(image).await;
+    // Wait for every shard even on failure, so no shard waits forever.
+    ready.wait();
+    opened.context("opening partitions")?;
+    let listener = TcpListener::bind((config.listener.host.as_str(), config.listener.port))
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "listening on {}:{}: {error}",
+                config.listener.host,
+                config.listener.port
+            )
+        })?;
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(shard = shard.id(), address, "listening");
+    let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
+    let limits = ConnectionLimits {
+        request_bytes_max: config.request_bytes_max,
+        in_flight_max: config.in_flight_requests_max,
+        idle_timeout: config.idle_timeout,
+    };
+    let stopping = shard.stopping.generation();
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stopping.changed_since(stopping).await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => break,
+            Some(Ok(stream)) => stream,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "accept failed");
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let connection = net::serve_connection(
+            stream,
+            shard.clone(),
+            apis.clone(),
+            limits.clone(),
+            shard.request_budget.clone(),
+        );
+        glommio::spawn_local(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended");
+            }
+        })
+        .detach();
+    }
+    drop(listener);
+    flusher.cancel();
+    shard.close().await;
+    inbox.cancel();
+    Ok(())
+}
+
+/// `log.flush.interval.ms`: makes acks=0/1 data durable in the background.
+async fn flush_periodically(shard: Rc<Shard>) {
+    loop {
+        glommio::timer::sleep(shard.config.flush_interval).await;
+        for partition in shard.owned_partitions() {
+            partition.sync().await;
+        }
+    }
+}
+
+fn lock_data_dir(config: &BrokerConfig) -> anyhow::Result<File> {
+    let path = config.log_dir.join(".lock");
+    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked != 0 {
+        bail!(
+            "{} is in use by another ringlog process",
+            config.log_dir.display()
+        );
+    }
+    Ok(file)
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts afterwards, so they
+/// are received only by [`wait_for_signal`].
+fn block_shutdown_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls only read and
+    // write that set and this thread's signal mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_signal(set: &libc::sigset_t) -> i32 {
+    let mut signal = 0;
+    // SAFETY: `set` was initialised by block_shutdown_signals; `signal` is a valid out slot.
+    unsafe { libc::sigwait(set, &mut signal) };
+    signal
+}

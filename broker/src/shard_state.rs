@@ -1,0 +1,193 @@
+//! One shard's state: its partitions, its copy of the metadata image, its budgets.
+//!
+//! Invariants: a `Shard` lives on one executor thread and is reached from elsewhere only
+//! through its router. Borrows of its `RefCell`s are taken, used and dropped without an
+//! `.await` in between; partitions are handed out as `Rc` clones so a job can await on a
+//! partition without holding the map.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::sync::Semaphore;
+use net::SupportedApis;
+use shard::{Notify, Router};
+use storage::{BatchCache, Log, LogConfig};
+
+use crate::config::BrokerConfig;
+use crate::controller::Controller;
+use crate::metadata::{MetadataImage, TopicMeta};
+use crate::partition::Partition;
+
+pub struct Shard {
+    pub router: Router<Shard>,
+    pub config: Arc<BrokerConfig>,
+    pub apis: Rc<SupportedApis>,
+    pub request_budget: Rc<Semaphore>,
+    pub cache: Rc<BatchCache>,
+    image: RefCell<Arc<MetadataImage>>,
+    /// Topic name → partitions this shard owns (index = partition index).
+    partitions: RefCell<HashMap<String, Vec<Option<Rc<Partition>>>>>,
+    /// The controller runs on shard 0 only.
+    pub controller: Option<Controller>,
+    pub stopping: Notify,
+    stopped: Cell<bool>,
+}
+
+impl Shard {
+    pub fn new(
+        router: Router<Shard>,
+        config: Arc<BrokerConfig>,
+        apis: Rc<SupportedApis>,
+        controller: Option<Controller>,
+    ) -> Shard {
+        Shard {
+            request_budget: Rc::new(Semaphore::new(config.queued_request_bytes_max as u64)),
+            cache: Rc::new(BatchCache::new(config.cache_bytes_max)),
+            router,
+            config,
+            apis,
+            image: RefCell::new(Arc::new(MetadataImage::default())),
+            partitions: RefCell::new(HashMap::new()),
+            controller,
+            stopping: Notify::new(),
+            stopped: Cell::new(false),
+        }
+    }
+
+    pub fn id(&self) -> usize {
+        self.router.shard_id()
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// The shard that owns `partition` of `topic`.
+    pub fn owner(&self, topic: &str, partition: i32) -> usize {
+        shard::shard_for(topic, partition, self.router.shard_count())
+    }
+
+    /// The partition if this shard owns it and it exists.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
+        let partitions = self.partitions.borrow();
+        let slots = partitions.get(topic)?;
+        slots.get(usize::try_from(index).ok()?)?.clone()
+    }
+
+    /// Every partition this shard owns.
+    pub fn owned_partitions(&self) -> Vec<Rc<Partition>> {
+        let partitions = self.partitions.borrow();
+        partitions.values().flatten().flatten().cloned().collect()
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+
+    /// Installs `image` if it is newer than the current one: opens the logs of partitions
+    /// this shard now owns and closes and deletes those of topics that are gone.
+    pub async fn apply_image(
+        &self,
+        image: Arc<MetadataImage>,
+    ) -> Result<(), storage::StorageError> {
+        if image.epoch < self.image.borrow().epoch || self.stopped.get() {
+            return Ok(());
+        }
+        *self.image.borrow_mut() = image.clone();
+        // Topics that vanished or were re-created under a new id.
+        let gone: Vec<Rc<Partition>> = {
+            let mut partitions = self.partitions.borrow_mut();
+            let mut gone = Vec::new();
+            partitions.retain(|name, slots| {
+                let keep = slots.iter().flatten().all(|p| {
+                    image
+                        .topic(name)
+                        .is_some_and(|topic| topic.id == p.topic_id)
+                });
+                if !keep {
+                    gone.extend(slots.iter().flatten().cloned());
+                }
+                keep
+            });
+            gone
+        };
+        for partition in gone {
+            partition.appended.notify_all();
+            partition.log.clone().delete().await?;
+        }
+        for topic in image.topics.values() {
+            for index in 0..topic.partition_count {
+                if self.owner(&topic.name, index) != self.id()
+                    || self.partition(&topic.name, index).is_some()
+                {
+                    continue;
+                }
+                let partition = self.open_partition(topic, index).await?;
+                let mut partitions = self.partitions.borrow_mut();
+                let slots = partitions.entry(topic.name.clone()).or_default();
+                if slots.len() <= index as usize {
+                    slots.resize(index as usize + 1, None);
+                }
+                slots[index as usize] = Some(partition);
+            }
+        }
+        Ok(())
+    }
+
+    async fn open_partition(
+        &self,
+        topic: &TopicMeta,
+        index: i32,
+    ) -> Result<Rc<Partition>, storage::StorageError> {
+        let setting = |key: &str| {
+            topic
+                .configs
+                .get(key)
+                .or_else(|| self.config.topic_defaults.get(key))
+                .cloned()
+        };
+        let number = |key: &str, fallback: u64| {
+            setting(key)
+                .and_then(|value| value.parse::<u64>().ok())
+                .unwrap_or(fallback)
+        };
+        let log_config = LogConfig {
+            segment_bytes_max: number("segment.bytes", self.config.segment_bytes_max),
+            segment_ms_max: number("segment.ms", self.config.segment_ms_max),
+            index_interval_bytes: number(
+                "index.interval.bytes",
+                self.config.index_interval_bytes.into(),
+            ) as u32,
+            io_mode: self.config.io_mode,
+            write_buffer_bytes_max: self.config.write_buffer_bytes_max,
+        };
+        let dir = self
+            .config
+            .log_dir
+            .join(format!("{}-{}", topic.name, index));
+        let log = Log::open(dir, log_config, self.cache.clone()).await?;
+        let message_bytes_max =
+            number("max.message.bytes", self.config.message_bytes_max as u64) as usize;
+        Ok(Partition::new(topic.id, index, log, message_bytes_max))
+    }
+
+    /// Flushes and closes every log; the shard serves nothing afterwards.
+    pub async fn close(&self) {
+        self.stopped.set(true);
+        self.stopping.notify_all();
+        let partitions: Vec<Rc<Partition>> = {
+            let mut map = self.partitions.borrow_mut();
+            map.drain()
+                .flat_map(|(_, slots)| slots.into_iter().flatten())
+                .collect()
+        };
+        for partition in partitions {
+            partition.appended.notify_all();
+            if let Err(error) = partition.log.close().await {
+                tracing::error!(partition = partition.index, %error, "closing log failed");
+            }
+        }
+    }
+}
