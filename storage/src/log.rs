@@ -358,10 +358,10 @@ impl State {
         self.failed.is_none() && !self.write_in_flight && !self.queue.is_empty()
     }
 
-    fn enqueue(&mut self, op: impl FnOnce(u64) -> WriteOp) {
+    /// Sequence number for the next op put in the queue (ops complete in this order).
+    fn next_op_seq(&mut self) -> u64 {
         self.ops_enqueued += 1;
-        let op = op(self.ops_enqueued);
-        self.queue.push_back(op);
+        self.ops_enqueued
     }
 
     /// Copies `bytes`, which belong at `position` of the active segment, into the write queue.
@@ -375,11 +375,7 @@ impl State {
             );
             if !fillable {
                 let chunk = self.new_chunk(config, position, bytes.len());
-                self.enqueue(|_| WriteOp::Data(chunk));
-                let op_seq = self.ops_enqueued;
-                if let Some(WriteOp::Data(chunk)) = self.queue.back_mut() {
-                    chunk.op_seq = op_seq;
-                }
+                self.queue.push_back(WriteOp::Data(chunk));
             }
             let Some(WriteOp::Data(chunk)) = self.queue.back_mut() else {
                 unreachable!("a fillable data chunk was just ensured at the back")
@@ -413,7 +409,7 @@ impl State {
                     len: 0,
                     head_bytes: 0,
                     capacity_bytes,
-                    op_seq: 0,
+                    op_seq: self.next_op_seq(),
                     buf: ChunkBuf::Heap(Vec::with_capacity(capacity_bytes)),
                 }
             }
@@ -439,7 +435,7 @@ impl State {
                     len: head_bytes,
                     head_bytes,
                     capacity_bytes,
-                    op_seq: 0,
+                    op_seq: self.next_op_seq(),
                     buf: ChunkBuf::Dma(buf),
                 }
             }
@@ -795,6 +791,10 @@ impl Inner {
                                 || self.signals.shutdown.get()
                         })
                         .await;
+                    if let Some(reason) = &self.state.borrow().failed {
+                        // The write the range waited for will never complete.
+                        return Err(self.failed_error(reason));
+                    }
                     if self.signals.shutdown.get() {
                         return Err(StorageError::Closed {
                             path: self.dir.clone(),
@@ -855,9 +855,10 @@ async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
             .writer
             .wait_until(|| {
                 signals.shutdown.get()
-                    || log
-                        .upgrade()
-                        .map_or(true, |inner| inner.state.borrow().writer_has_work())
+                    || match log.upgrade() {
+                        Some(inner) => inner.state.borrow().writer_has_work(),
+                        None => true,
+                    }
             })
             .await;
         if signals.shutdown.get() {
@@ -906,6 +907,11 @@ impl SegmentReader {
         if !covered {
             let size_bytes = inner.segment_size_bytes(segment_base_offset)?;
             let available = size_bytes.saturating_sub(position) as usize;
+            if available < len {
+                let path = segment_path(&inner.dir, segment_base_offset, LOG_SUFFIX);
+                let reason = format!("{len} bytes at {position} past segment end {size_bytes}");
+                return Err(StorageError::corrupt(path, reason));
+            }
             let want = len.max(self.window_bytes).min(available);
             self.data = inner
                 .read_segment(segment_base_offset, position, want)
@@ -1399,7 +1405,8 @@ fn roll(state: &mut State, log_end_offset: i64) {
     old.complete_time_index();
     let segment_base_offset = old.base_offset;
     tracing::debug!(segment_base_offset, log_end_offset, "rolling segment");
-    state.enqueue(|op_seq| WriteOp::Seal {
+    let op_seq = state.next_op_seq();
+    state.queue.push_back(WriteOp::Seal {
         segment_base_offset,
         op_seq,
     });

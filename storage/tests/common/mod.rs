@@ -49,7 +49,7 @@ pub fn encode_batch(spec: &BatchSpec) -> Vec<u8> {
         put_varlong(&mut body, i64::from(i)); // offset delta
         put_varlong(&mut body, -1); // null key
         put_varlong(&mut body, spec.value_bytes as i64);
-        body.extend(std::iter::repeat(spec.value_fill).take(spec.value_bytes));
+        body.resize(body.len() + spec.value_bytes, spec.value_fill);
         put_varlong(&mut body, 0); // no headers
         put_varlong(&mut records, body.len() as i64);
         records.extend_from_slice(&body);
