@@ -186,7 +186,7 @@ async fn consumer(
         let wanted: Vec<(i32, i64)> = positions
             .iter()
             .copied()
-            .filter(|(p, o)| stops.get(p).copied().flatten().map_or(true, |s| *o < s))
+            .filter(|(p, o)| stops.get(p).copied().flatten().is_none_or(|s| *o < s))
             .collect();
         let sent_ns = clock::now_ns();
         let response = match conn

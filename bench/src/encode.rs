@@ -367,6 +367,31 @@ pub fn fill_batch(builder: &mut BatchBuilder, pool: &mut PayloadPool, count_max:
     n
 }
 
+/// Like `fill_batch`, but the first 8 bytes of message `i`'s value are `stamp(i)` big-endian
+/// (end-to-end runs carry their intended send time this way). Values must be ≥ 8 bytes.
+pub fn fill_batch_stamped(
+    builder: &mut BatchBuilder,
+    pool: &mut PayloadPool,
+    count_max: u64,
+    value: &mut Vec<u8>,
+    mut stamp: impl FnMut(u64) -> u64,
+) -> u64 {
+    assert!(pool.value_bytes >= 8, "stamped values need 8 bytes");
+    let mut n = 0;
+    while n < count_max {
+        let save = pool.cursor;
+        value.clear();
+        value.extend_from_slice(pool.next_value());
+        value[..8].copy_from_slice(&stamp(n).to_be_bytes());
+        if !builder.try_append(value) {
+            pool.cursor = save;
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,11 @@
 //! - Exit status 0 only when every run finished without a broker or connection error;
 //!   1 when a run counted errors; 2 when it could not run at all.
 
-// Consume, e2e and matrix land next and use the rest of these modules.
-#![allow(dead_code)]
-
 mod cli;
 mod client;
 mod consume;
 mod cores;
+mod e2e;
 mod encode;
 mod matrix;
 #[cfg(test)]
@@ -48,7 +46,10 @@ fn main() {
             }
             Ok(m.runs.iter().all(|r| r.ok()))
         }),
-        Command::Consume(_) | Command::E2e(_) => Err(anyhow::anyhow!("not implemented yet")),
+        Command::Consume(args) => {
+            consume::run(&args).and_then(|s| produce::print(&s, args.common.json))
+        }
+        Command::E2e(args) => e2e::run(&args).and_then(|s| produce::print(&s, args.common.json)),
     };
     match outcome {
         Ok(true) => {}

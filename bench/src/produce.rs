@@ -30,7 +30,9 @@ use kafka_protocol::messages::ProduceRequest;
 use crate::cli::{acks_name, LoadArgs, Payload};
 use crate::client::{self, error_name, Connection, PartitionLeader};
 use crate::cores::{self, Counters, Progress};
-use crate::encode::{fill_batch, BatchBuilder, Compression, PayloadPool, ProduceFraming};
+use crate::encode::{
+    fill_batch, fill_batch_stamped, BatchBuilder, Compression, PayloadPool, ProduceFraming,
+};
 use crate::pacing::{clock, Pacer};
 use crate::report::{self, Latency, Summary};
 
@@ -48,6 +50,8 @@ pub struct Plan {
     pub request_timeout_ms: i32,
     pub seed: u64,
     pub dry_run: bool,
+    /// Put each message's intended send time (ns, `clock`) in its first 8 value bytes.
+    pub stamp: bool,
     pub timeline: Timeline,
 }
 
@@ -240,6 +244,7 @@ pub fn run(
         request_timeout_ms: load.request_timeout_ms,
         seed: load.seed,
         dry_run,
+        stamp: false,
         timeline: Timeline::new(load.warmup, load.run_time()),
     };
     let assignments = assign(producers, cores, &leaders, load.messages, load.rate);
@@ -455,7 +460,7 @@ struct Shared {
     tally: Tally,
 }
 
-async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
+pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
     let mut t = Tally::new();
     let Some(leader) = a.leader else {
         t.error("NO_LEADER", a.messages.unwrap_or(1));
@@ -486,6 +491,7 @@ async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
     });
 
     let mut pool = new_pool(plan, a);
+    let mut stamped = Vec::with_capacity(plan.message_bytes);
     let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
     let mut framing = ProduceFraming::new(
         version,
@@ -532,7 +538,13 @@ async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
             break; // the reader failed and closed the semaphore
         }
         builder.reset(clock::unix_ms());
-        let n = fill_batch(&mut builder, &mut pool, count_max);
+        let n = if plan.stamp {
+            let now = clock::now_ns();
+            let at = |i: u64| pacer.map_or(now, |p| p.intended_ns(index + i));
+            fill_batch_stamped(&mut builder, &mut pool, count_max, &mut stamped, at)
+        } else {
+            fill_batch(&mut builder, &mut pool, count_max)
+        };
         let wire_bytes = builder.finish().len() as u64;
         framing.partition = a.partitions[(batches % a.partitions.len() as u64) as usize];
         correlation_id = correlation_id.wrapping_add(1);
@@ -579,13 +591,7 @@ async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
         // Wait for every outstanding response: all permits back means nothing is in flight.
         let wait =
             Duration::from_millis(plan.request_timeout_ms.max(0) as u64) + Duration::from_secs(5);
-        let drained = glommio::timer::timeout(wait, async {
-            permits
-                .acquire(plan.max_in_flight)
-                .await
-                .map_err(|e| e.into())
-        })
-        .await;
+        let drained = glommio::timer::timeout(wait, permits.acquire(plan.max_in_flight)).await;
         drop(task); // cancels the reader
         if drained.is_err() {
             let mut s = shared.borrow_mut();
