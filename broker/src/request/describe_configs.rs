@@ -83,7 +83,11 @@ pub fn handle(shard: &Shard, request: DescribeConfigsRequest) -> ResponseKind {
         };
         match settings {
             Ok(settings) => {
-                let keys = resource.configuration_keys.as_ref();
+                // Null lists every setting; so does an empty list, which some clients send.
+                let keys = resource
+                    .configuration_keys
+                    .as_ref()
+                    .filter(|keys| !keys.is_empty());
                 result.configs = settings
                     .into_iter()
                     .filter(|s| keys.is_none_or(|keys| keys.iter().any(|k| k.as_str() == s.name)))
