@@ -198,14 +198,13 @@ fn every_announced_version_answers() {
     }
     for version in range(ApiKey::ListOffsets) {
         let query = |timestamp| {
-            let request = ListOffsetsRequest::default()
+            ListOffsetsRequest::default()
                 .with_replica_id(BrokerId(-1))
                 .with_topics(vec![ListOffsetsTopic::default()
                     .with_name(name("auto"))
                     .with_partitions(vec![ListOffsetsPartition::default()
                         .with_partition_index(0)
-                        .with_timestamp(timestamp)])]);
-            request
+                        .with_timestamp(timestamp)])])
         };
         for (timestamp, expected) in [(-1, produced.len() as i64), (-2, 0), (1_700_000_000_000, 0)]
         {
