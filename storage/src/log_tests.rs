@@ -588,3 +588,111 @@ fn failed_write_latches_the_log() {
         );
     });
 }
+
+/// Compares logs without printing megabytes of bytes on failure.
+fn assert_same(actual: &[u8], expected: &[u8], mode: IoMode) {
+    let differs_at = actual.iter().zip(expected).position(|(a, b)| a != b);
+    assert!(
+        differs_at.is_none() && actual.len() == expected.len(),
+        "{mode:?}: {} bytes read, {} expected, first difference at {differs_at:?}",
+        actual.len(),
+        expected.len()
+    );
+}
+
+/// A tailing reader runs beside a producer that appends, flushes and syncs at random, with
+/// tiny write buffers and segments so reads hit the write queue, writes in flight, the cache,
+/// sealed segments and rolls. Every byte the reader sees must be what was appended.
+#[test]
+fn tailing_reader_sees_exactly_what_was_appended() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = LogConfig {
+                segment_bytes_max: 24 << 10,
+                write_buffer_bytes_max: 8 << 10,
+                index_interval_bytes: 256,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config.clone()).await;
+            let expected = Rc::new(RefCell::new(Vec::<u8>::new()));
+            let batches_count = 200u64;
+            let done = Rc::new(Cell::new(false));
+            let producer = {
+                let (log, expected, done) = (log.clone(), expected.clone(), done.clone());
+                glommio::spawn_local(async move {
+                    let mut seed = 0x243f_6a88_85a3_08d3u64;
+                    let mut next = move |bound: u64| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        seed % bound
+                    };
+                    for index in 0..batches_count {
+                        let spec = BatchSpec {
+                            record_count: 1 + next(4) as i32,
+                            base_timestamp: index as i64,
+                            value_bytes: next(3_000) as usize,
+                            value_fill: index as u8,
+                            ..BatchSpec::default()
+                        };
+                        let mut records = encode_batch(&spec);
+                        let info = loop {
+                            match log.append(&records, 1, 0) {
+                                Ok(info) => break info,
+                                Err(AppendError::Storage(StorageError::WriteBufferFull {
+                                    ..
+                                })) => log.flush().await.expect("flush"),
+                                Err(error) => panic!("append: {error}"),
+                            }
+                        };
+                        records[..8].copy_from_slice(&info.base_offset.to_be_bytes());
+                        records[12..16].copy_from_slice(&1i32.to_be_bytes());
+                        expected.borrow_mut().extend_from_slice(&records);
+                        match next(10) {
+                            0 => log.sync().await.expect("sync"),
+                            1 => log.flush().await.expect("flush"),
+                            2..=4 => glommio::yield_if_needed().await,
+                            _ => {}
+                        }
+                        if next(10) == 0 {
+                            glommio::timer::sleep(std::time::Duration::from_micros(50)).await;
+                        }
+                    }
+                    log.sync().await.expect("final sync");
+                    done.set(true);
+                })
+            };
+            let mut seen = Vec::new();
+            let mut offset = 0;
+            let mut idle_rounds = 0;
+            while idle_rounds < 10_000 {
+                let result = log
+                    .read(offset, 1 + (seen.len() % 5_000))
+                    .await
+                    .expect("read");
+                if result.records.is_empty() {
+                    if done.get() && offset == log.log_end_offset() {
+                        break;
+                    }
+                    idle_rounds += 1;
+                    glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
+                    continue;
+                }
+                for item in BatchIter::new(&result.records) {
+                    offset = item.expect("valid batch").0.last_offset() + 1;
+                }
+                seen.extend_from_slice(&result.records);
+                idle_rounds = 0;
+                let expected = expected.borrow();
+                assert_same(&seen, &expected[..seen.len()], mode);
+            }
+            producer.await;
+            assert_same(&seen, &expected.borrow(), mode);
+            assert!(log.inner.state.borrow().segments.len() > 3, "rolled");
+            log.close().await.expect("close");
+            let log = open(dir.path(), config).await;
+            assert_same(&read_all(&log, 0).await, &expected.borrow(), mode);
+        });
+    }
+}
