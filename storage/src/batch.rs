@@ -37,13 +37,12 @@ const _: () = assert!(BATCH_BYTES_MAX <= i32::MAX as usize);
 
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
 pub enum BatchError {
-    #[error("record batch truncated: {needed_bytes} bytes needed, {available_bytes} available")]
-    Truncated {
-        needed_bytes: usize,
-        available_bytes: usize,
-    },
-    #[error("record batch length {batch_length} is impossible")]
-    SizeMismatch { batch_length: i32 },
+    /// The buffer ends inside a batch (or its header).
+    #[error("record batch truncated")]
+    Truncated,
+    /// A batch length field is impossible (below the header size or above `BATCH_BYTES_MAX`).
+    #[error("record batch length is impossible")]
+    SizeMismatch,
     #[error("unsupported record batch magic {0}")]
     UnsupportedMagic(i8),
     #[error("record batch crc mismatch: expected {expected:#010x}, actual {actual:#010x}")]
@@ -103,10 +102,7 @@ impl BatchHeader {
     /// its CRC (see `validate_batches`).
     pub fn parse(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         if bytes.len() < BATCH_HEADER_BYTES {
-            return Err(BatchError::Truncated {
-                needed_bytes: BATCH_HEADER_BYTES,
-                available_bytes: bytes.len(),
-            });
+            return Err(BatchError::Truncated);
         }
         let magic = bytes[MAGIC_AT] as i8;
         if magic != 2 {
@@ -116,7 +112,7 @@ impl BatchHeader {
         let length_min = (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32;
         let length_max = (BATCH_BYTES_MAX - LOG_OVERHEAD_BYTES) as i32;
         if !(length_min..=length_max).contains(&batch_length) {
-            return Err(BatchError::SizeMismatch { batch_length });
+            return Err(BatchError::SizeMismatch);
         }
         Ok(BatchHeader {
             base_offset: be_i64(bytes, BASE_OFFSET_AT),
@@ -185,18 +181,12 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
 /// Returns the header; the batch occupies `[0, header.total_bytes())`.
 pub fn check_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     if bytes.len() < LOG_OVERHEAD_BYTES {
-        return Err(BatchError::Truncated {
-            needed_bytes: LOG_OVERHEAD_BYTES,
-            available_bytes: bytes.len(),
-        });
+        return Err(BatchError::Truncated);
     }
     let header = BatchHeader::parse(bytes)?;
     let total_bytes = header.total_bytes();
     if total_bytes > bytes.len() {
-        return Err(BatchError::Truncated {
-            needed_bytes: total_bytes,
-            available_bytes: bytes.len(),
-        });
+        return Err(BatchError::Truncated);
     }
     header.check_fields()?;
     let actual = compute_crc(&bytes[..total_bytes]);
@@ -340,19 +330,19 @@ mod tests {
         records[8..12].copy_from_slice(&too_long.to_be_bytes());
         assert!(matches!(
             validate_batches(&records),
-            Err(BatchError::Truncated { .. })
+            Err(BatchError::Truncated)
         ));
 
         records[8..12].copy_from_slice(&10i32.to_be_bytes());
         assert!(matches!(
             validate_batches(&records),
-            Err(BatchError::SizeMismatch { .. })
+            Err(BatchError::SizeMismatch)
         ));
 
         records[8..12].copy_from_slice(&(-1i32).to_be_bytes());
         assert!(matches!(
             validate_batches(&records),
-            Err(BatchError::SizeMismatch { .. })
+            Err(BatchError::SizeMismatch)
         ));
     }
 
@@ -363,7 +353,7 @@ mod tests {
             assert!(
                 matches!(
                     validate_batches(&records[..cut]),
-                    Err(BatchError::Truncated { .. })
+                    Err(BatchError::Truncated)
                 ),
                 "cut at {cut}"
             );

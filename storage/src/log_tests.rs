@@ -696,3 +696,34 @@ fn tailing_reader_sees_exactly_what_was_appended() {
         });
     }
 }
+
+/// Appends made while the writer is busy coalesce: a burst of small batches becomes a few
+/// large writes, and in direct mode every write is whole blocks (the file size shows padding).
+#[test]
+fn appends_coalesce_into_few_aligned_writes() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            let records = batch(1, 1_000);
+            for _ in 0..2_000 {
+                log.append(&records, 0, 0).expect("append");
+            }
+            let ops = log.inner.state.borrow().ops_enqueued;
+            assert!(
+                ops <= 8,
+                "{mode:?}: {ops} writes for {} bytes",
+                records.len() * 2_000
+            );
+            log.flush().await.expect("flush");
+            let size = std::fs::metadata(dir.path().join("00000000000000000000.log"))
+                .expect("stat")
+                .len();
+            let logical = log.size_bytes();
+            match mode {
+                IoMode::Direct => assert_eq!(size, align_up(logical), "padded to a block"),
+                IoMode::Buffered => assert_eq!(size, logical),
+            }
+        });
+    }
+}
