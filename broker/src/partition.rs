@@ -7,10 +7,11 @@
 
 use std::rc::Rc;
 
+use glommio::sync::Semaphore;
 use kafka_protocol::error::ResponseError;
 use shard::Notify;
 use storage::batch::{BatchHeader, BATCH_HEADER_BYTES};
-use storage::{AppendInfo, Log};
+use storage::{AppendError, AppendInfo, Log, StorageError};
 use uuid::Uuid;
 
 use crate::errors;
@@ -20,6 +21,8 @@ pub struct Partition {
     pub index: i32,
     pub log: Log,
     pub appended: Notify,
+    /// One permit: whose turn it is to append.
+    append_turn: Semaphore,
     /// `max.message.bytes` of the topic: the largest record batch accepted.
     pub message_bytes_max: usize,
 }
@@ -38,6 +41,7 @@ impl Partition {
             index,
             log,
             appended: Notify::new(),
+            append_turn: Semaphore::new(1),
             message_bytes_max,
         })
     }
@@ -46,9 +50,13 @@ impl Partition {
         self.log.log_end_offset()
     }
 
-    /// Appends `records` (one or more v2 batches) without waiting for the disk. Batches
-    /// above `max.message.bytes` are refused before anything is stored.
-    pub fn append(&self, records: &[u8], now_ms: i64) -> AppendOutcome {
+    /// Appends `records` (one or more v2 batches). Batches above `max.message.bytes` are
+    /// refused before anything is stored. Does not wait for the disk, except when appends
+    /// outrun it: then the write queue is full, and the append waits for it to drain.
+    ///
+    /// Appends take turns in arrival order (a FIFO semaphore), so an append that waits for
+    /// the queue is never overtaken by a later one: a producer's batches keep their order.
+    pub async fn append(&self, records: &[u8], now_ms: i64) -> AppendOutcome {
         let refused = |error_code| AppendOutcome {
             error_code,
             base_offset: -1,
@@ -57,11 +65,21 @@ impl Partition {
         if let Some(error_code) = self.oversized(records) {
             return refused(error_code);
         }
-        let info: AppendInfo = match self.log.append(records, 0, now_ms) {
-            Ok(info) => info,
-            Err(error) => {
-                tracing::warn!(partition = self.index, %error, "append refused");
-                return refused(errors::append_error(&error));
+        let Ok(_turn) = self.append_turn.acquire_permit(1).await else {
+            return refused(errors::code(ResponseError::NotLeaderOrFollower));
+        };
+        let info: AppendInfo = loop {
+            match self.log.append(records, 0, now_ms) {
+                Ok(info) => break info,
+                Err(AppendError::Storage(StorageError::WriteBufferFull { .. })) => {
+                    if let Err(error) = self.log.flush().await {
+                        return refused(errors::storage_error(&error));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(partition = self.index, %error, "append refused");
+                    return refused(errors::append_error(&error));
+                }
             }
         };
         self.appended.notify_all();

@@ -144,7 +144,7 @@ async fn append_on_owner(
             (None, _) => answer.error_code = code(ResponseError::UnknownTopicOrPartition),
             (Some(_), None) => answer.error_code = code(ResponseError::CorruptMessage),
             (Some(partition), Some(records)) => {
-                let outcome = partition.append(&records, now);
+                let outcome = partition.append(&records, now).await;
                 answer.error_code = outcome.error_code;
                 answer.base_offset = outcome.base_offset;
                 answer.log_start_offset = outcome.log_start_offset;
