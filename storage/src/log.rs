@@ -35,8 +35,8 @@ use crate::cache::BatchCache;
 use crate::error::{AppendError, ReadError, StorageError};
 use crate::io::{align_down, align_up, sync_dir, IoMode, SegmentFile, BLOCK_BYTES};
 use crate::recovery::{
-    load_indexes, read_clean_shutdown, scan_segment, write_clean_shutdown, write_indexes,
-    CleanShutdown, CLEAN_SHUTDOWN_FILE,
+    check_tail, load_indexes, read_clean_shutdown, scan_segment, write_clean_shutdown,
+    write_indexes, CleanShutdown, CLEAN_SHUTDOWN_FILE,
 };
 use crate::segment::{
     parse_log_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIMESTAMP_NONE,
@@ -1471,10 +1471,14 @@ async fn open_segments(
             Some(bases[slot + 1])
         };
         let mut segment = Segment::new(base_offset, Some(file.clone()));
-        let loaded = match known_next_offset {
+        let mut loaded = match known_next_offset {
             Some(next_offset) => load_indexes(dir, &mut segment, file_bytes, next_offset).await?,
             None => Err("last shutdown was not clean".to_string()),
         };
+        if let (true, Ok(()), Some(next_offset)) = (is_active, &loaded, known_next_offset) {
+            let from_position = u64::from(segment.index.last_position().unwrap_or(0));
+            loaded = check_tail(&file, base_offset, from_position, file_bytes, next_offset).await?;
+        }
         let mut torn = false;
         if let Err(reason) = loaded {
             tracing::info!(path = %path.display(), %reason, "rebuilding segment from its .log");

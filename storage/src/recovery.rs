@@ -114,9 +114,47 @@ pub(crate) async fn scan_segment(
     index_interval_bytes: u32,
 ) -> Result<ScanOutcome, StorageError> {
     assert_eq!(segment.size_bytes, 0, "scan needs a fresh segment");
+    scan_batches(file, 0, file_bytes, segment, index_interval_bytes).await
+}
+
+/// Re-checks the batches after a segment's last index entry, which a clean shutdown vouches
+/// for: they must be valid, end exactly at `file_bytes` and at `next_offset` (a cheap pair
+/// check of the checkpoint, bounded by about one index interval of reading).
+pub(crate) async fn check_tail(
+    file: &SegmentFile,
+    base_offset: i64,
+    from_position: u64,
+    file_bytes: u64,
+    next_offset: i64,
+) -> Result<Result<(), String>, StorageError> {
+    let mut scratch = Segment::new(base_offset, None);
+    let outcome = scan_batches(file, from_position, file_bytes, &mut scratch, u32::MAX).await?;
+    if outcome.valid_bytes != file_bytes {
+        let reason = outcome.stop_reason.unwrap_or_default();
+        return Ok(Err(format!(
+            "invalid batch after the last index entry: {reason}"
+        )));
+    }
+    if from_position < file_bytes && scratch.next_offset != next_offset {
+        let found = scratch.next_offset;
+        return Ok(Err(format!(
+            "log ends at offset {found}, checkpoint says {next_offset}"
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// Scans batches from `start_position` (a batch boundary) to the first invalid one.
+async fn scan_batches(
+    file: &SegmentFile,
+    start_position: u64,
+    file_bytes: u64,
+    segment: &mut Segment,
+    index_interval_bytes: u32,
+) -> Result<ScanOutcome, StorageError> {
     let mut window = Bytes::new();
-    let mut window_position = 0u64;
-    let mut position = 0u64;
+    let mut window_position = start_position;
+    let mut position = start_position;
     let mut stop_reason = None;
     while position < file_bytes {
         let remaining_bytes = file_bytes - position;
