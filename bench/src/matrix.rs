@@ -46,7 +46,7 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
                 "matrix: acks={} size={size} B topic {topic}",
                 acks_name(acks)
             );
-            let outcome = produce::run(
+            let outcome = match produce::run(
                 &args.common.bootstrap_server,
                 &topic,
                 args.common.partitions,
@@ -54,8 +54,25 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
                 args.common.cores,
                 &load,
                 false,
-            )
-            .with_context(|| format!("acks={} size={size}", acks_name(acks)))?;
+            ) {
+                Ok(o) => o,
+                Err(e) => {
+                    // Keep going: the report shows the failed run instead of losing the others.
+                    eprintln!("matrix: acks={} size={size}: {e:#}", acks_name(acks));
+                    let mut summary = Summary {
+                        mode: "produce".to_string(),
+                        topic,
+                        acks: acks_name(acks),
+                        message_bytes: size,
+                        ..Summary::default()
+                    };
+                    summary.errors.insert("RUN_FAILED".to_string(), 1);
+                    produce::Outcome {
+                        summary,
+                        hist: report::new_histogram(),
+                    }
+                }
+            };
             eprint!("{}", outcome.summary.text());
             let hgrm = format!("{}{}", env.header(), report::hgrm(&outcome.hist));
             let name = format!("acks{}-{size}b.hgrm", acks_name(acks));

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs the benchmark matrix against a fresh single ringlog node and prints the table.
+#
+# Builds ringlog and ringlog-bench in release, starts `ringlog serve` on a temporary log dir
+# and a free 127.0.0.1 port, runs `ringlog-bench matrix` (acks 0, 1, all × 100 B and 1 KiB by
+# default), prints table.txt, and stops the node (also on failure or Ctrl-C).
+#
+#   scripts/bench.sh                                  the default matrix
+#   scripts/bench.sh --duration 30s --warmup 5s       extra arguments go to `ringlog-bench matrix`
+#   OUT=reports/run1 scripts/bench.sh                 where the report folder goes
+#   RINGLOG_CORES=1 LOG_IO_MODE=buffered scripts/bench.sh
+#   KEEP_DATA=1 scripts/bench.sh                      keep the node's log dir and log
+#   RINGLOG_BIN=path/to/ringlog scripts/bench.sh      use that broker binary instead of building one
+#
+# Defaults: the node gets 1 core (RINGLOG_CORES), leaving the other core of a 2-core machine to
+# the generator; the report goes to target/bench-reports/<UTC date>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=${CARGO_TARGET_DIR:-target}
+out=${OUT:-$target/bench-reports/$(date -u +%Y%m%dT%H%M%SZ)}
+cores=${RINGLOG_CORES:-1}
+
+if [ -n "${RINGLOG_BIN:-}" ]; then
+    ringlog=$RINGLOG_BIN
+    echo "==> building ringlog-bench (release); broker: $ringlog" >&2
+    cargo build --release -p bench --bin ringlog-bench >&2
+else
+    ringlog=$target/release/ringlog
+    echo "==> building ringlog and ringlog-bench (release)" >&2
+    cargo build --release -p broker --bin ringlog -p bench --bin ringlog-bench >&2
+fi
+[ -x "$ringlog" ] || { echo "no broker binary at $ringlog" >&2; exit 1; }
+
+dir=$(mktemp -d -t ringlog-bench.XXXXXX)
+pid=
+cleanup() {
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+    if [ "${KEEP_DATA:-0}" = 1 ]; then
+        echo "node data and log kept in $dir" >&2
+    else
+        rm -rf "$dir"
+    fi
+}
+trap cleanup EXIT INT TERM
+
+# A free port: ask the kernel for one, then release it for the node.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
+    || echo $((20000 + RANDOM % 20000)))
+listener="PLAINTEXT://127.0.0.1:$port"
+io_mode=()
+[ -n "${LOG_IO_MODE:-}" ] && io_mode=(--set "log.io.mode=$LOG_IO_MODE")
+
+echo "==> starting ringlog on 127.0.0.1:$port ($cores core(s), data in $dir)" >&2
+"$ringlog" serve --cores "$cores" \
+    --set "log.dirs=$dir/data" --set "listeners=$listener" --set "advertised.listeners=$listener" \
+    "${io_mode[@]}" >"$dir/ringlog.log" 2>&1 &
+pid=$!
+
+for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        break
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+        echo "ringlog exited before listening; its log:" >&2
+        cat "$dir/ringlog.log" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "ringlog never listened on $port" >&2; exit 1; }
+
+label="ringlog $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $cores core(s)"
+[ -n "${LOG_IO_MODE:-}" ] && label="$label, log.io.mode=$LOG_IO_MODE"
+
+echo "==> ringlog-bench matrix -> $out" >&2
+status=0
+"$target/release/ringlog-bench" matrix --bootstrap-server "127.0.0.1:$port" --output "$out" \
+    --broker-label "$label" "$@" >/dev/null || status=$?
+
+if [ -f "$out/table.txt" ]; then
+    cat "$out/table.txt"
+    echo
+    echo "report: $out (table.txt, results.json, *.hgrm, latency-acks*.svg)"
+fi
+if [ "$status" -ne 0 ]; then
+    echo "ringlog-bench matrix exited $status (errors are listed in $out/results.json)" >&2
+    echo "last lines of the node's log:" >&2
+    tail -n 20 "$dir/ringlog.log" >&2
+fi
+exit "$status"
