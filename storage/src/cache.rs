@@ -84,8 +84,10 @@ impl BatchCache {
         self.bytes.set(bytes + charge_bytes);
     }
 
-    /// Copies `[position, position + len)` of a segment into `out` if one entry holds all of it.
-    /// Searches newest first: tailing consumers ask for what was written last.
+    /// Copies `[position, position + len)` of a segment into `out` if cached entries hold all
+    /// of it (consecutive writes overlap by their shared partial block, so a range may span
+    /// several entries). Searches newest first: tailing consumers ask for what was written
+    /// last. On a miss `out` is left as it was.
     // TODO: a per-log map if shards hold thousands of logs; the scan is linear in entries.
     pub(crate) fn copy_range(
         &self,
@@ -96,19 +98,26 @@ impl BatchCache {
         out: &mut Vec<u8>,
     ) -> bool {
         let entries = self.entries.borrow();
-        for entry in entries.iter().rev() {
-            let entry_end = entry.position + entry.len as u64;
-            if entry.log_id == log_id
-                && entry.segment_base_offset == segment_base_offset
-                && entry.position <= position
-                && position + len as u64 <= entry_end
-            {
-                let from = (position - entry.position) as usize;
-                out.extend_from_slice(&entry.data.as_bytes()[from..from + len]);
-                return true;
-            }
+        let out_len_before = out.len();
+        let end = position + len as u64;
+        let mut at = position;
+        while at < end {
+            let covering = entries.iter().rev().find(|entry| {
+                entry.log_id == log_id
+                    && entry.segment_base_offset == segment_base_offset
+                    && entry.position <= at
+                    && at < entry.position + entry.len as u64
+            });
+            let Some(entry) = covering else {
+                out.truncate(out_len_before);
+                return false;
+            };
+            let from = (at - entry.position) as usize;
+            let to = (end.min(entry.position + entry.len as u64) - entry.position) as usize;
+            out.extend_from_slice(&entry.data.as_bytes()[from..to]);
+            at += (to - from) as u64;
         }
-        false
+        true
     }
 
     /// Drops every entry of a log (closed or deleted).
