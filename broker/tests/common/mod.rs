@@ -95,6 +95,8 @@ fn free_port() -> u16 {
 pub struct Client {
     stream: TcpStream,
     correlation_id: i32,
+    /// Correlation ids sent and not yet answered, oldest first.
+    awaited: std::collections::VecDeque<i32>,
 }
 
 impl Client {
@@ -106,6 +108,7 @@ impl Client {
         Client {
             stream,
             correlation_id: 0,
+            awaited: Default::default(),
         }
     }
 
@@ -128,6 +131,7 @@ impl Client {
             .encode(&mut body, api_key.request_header_version(version))
             .expect("header");
         request.encode(&mut body, version).expect("request encodes");
+        self.awaited.push_back(self.correlation_id);
         self.send_raw(&body);
     }
 
@@ -144,9 +148,10 @@ impl Client {
         });
         let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(version))
             .expect("response header");
+        let expected = self.awaited.pop_front().expect("an answer was awaited");
         assert_eq!(
-            header.correlation_id, self.correlation_id,
-            "answers arrive in order"
+            header.correlation_id, expected,
+            "answers arrive in request order"
         );
         ResponseKind::decode(api_key, &mut frame, version).expect("response decodes")
     }

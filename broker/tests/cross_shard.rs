@@ -1,0 +1,181 @@
+//! Requests that span shards are split per owner and merged in request order, pipelined
+//! requests are answered in order, and a waiting fetch wakes as soon as data lands.
+//!
+//! Method: a real two-shard node; one topic with 8 partitions (placement spreads them over
+//! both shards). Produce and Fetch requests name the partitions in a scrambled order with an
+//! unknown partition in the middle; answers must follow the request's order exactly. Then
+//! several requests are written back to back before any answer is read (the harness checks
+//! each answer's correlation id). Last, a fetch parked at the log end with a long
+//! `max_wait_ms` must return soon after another connection produces.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{batch, values, Node};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+const TOPIC: &str = "spread";
+const ORDER: [i32; 9] = [5, 0, 7, 99, 2, 1, 6, 3, 4]; // 99 does not exist
+
+fn name() -> TopicName {
+    TopicName(StrBytes::from_static_str(TOPIC))
+}
+
+fn create(client: &mut common::Client) {
+    let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name())
+        .with_num_partitions(8)
+        .with_replication_factor(1)]);
+    let ResponseKind::CreateTopics(answer) = client.call(7, RequestKind::CreateTopics(request))
+    else {
+        unreachable!()
+    };
+    assert_eq!(answer.topics[0].error_code, 0);
+}
+
+fn produce_request(round: usize) -> ProduceRequest {
+    let partitions = ORDER
+        .iter()
+        .map(|&p| {
+            let value = format!("p{p}-r{round}");
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(batch(&[value.as_bytes()])))
+        })
+        .collect();
+    ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name())
+            .with_partition_data(partitions)])
+}
+
+fn fetch_request(wanted: &[i32], offsets: impl Fn(i32) -> i64, max_wait_ms: i32) -> FetchRequest {
+    let partitions = wanted
+        .iter()
+        .map(|&p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(offsets(p))
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(16 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name())
+            .with_partitions(partitions)])
+}
+
+#[test]
+fn split_merge_pipeline_and_wake() {
+    let node = Node::start(&[]);
+    let mut client = node.connect();
+    create(&mut client);
+
+    // Pipelined: three produce requests written before any answer is read.
+    for round in 0..3 {
+        client.send(
+            ApiKey::Produce,
+            9,
+            &RequestKind::Produce(produce_request(round)),
+        );
+    }
+    for round in 0..3 {
+        let ResponseKind::Produce(answer) = client.receive(ApiKey::Produce, 9) else {
+            unreachable!()
+        };
+        let partitions = &answer.responses[0].partition_responses;
+        let answered: Vec<i32> = partitions.iter().map(|p| p.index).collect();
+        assert_eq!(answered, ORDER, "answers follow the request's order");
+        for partition in partitions {
+            let expected_error = if partition.index == 99 { 3 } else { 0 };
+            assert_eq!(
+                partition.error_code, expected_error,
+                "partition {}",
+                partition.index
+            );
+            if expected_error == 0 {
+                assert_eq!(partition.base_offset, round as i64, "one batch per round");
+            }
+        }
+    }
+
+    let ResponseKind::Fetch(answer) =
+        client.call(12, RequestKind::Fetch(fetch_request(&ORDER, |_| 0, 100)))
+    else {
+        unreachable!()
+    };
+    let partitions = &answer.responses[0].partitions;
+    let answered: Vec<i32> = partitions.iter().map(|p| p.partition_index).collect();
+    assert_eq!(answered, ORDER);
+    for partition in partitions {
+        if partition.partition_index == 99 {
+            assert_eq!(partition.error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+            continue;
+        }
+        let expected: Vec<Bytes> = (0..3)
+            .map(|round| Bytes::from(format!("p{}-r{round}", partition.partition_index)))
+            .collect();
+        let records = partition.records.as_ref().expect("records");
+        assert_eq!(
+            values(records),
+            expected,
+            "partition {}",
+            partition.partition_index
+        );
+        assert_eq!(partition.high_watermark, 3);
+    }
+
+    // A fetch parked at the log end wakes when another connection produces.
+    let port = node.port;
+    let waiter = std::thread::spawn(move || {
+        let mut client = common::Client::connect(port);
+        // An error answers a fetch at once, so the parked fetch names existing partitions.
+        let existing: Vec<i32> = ORDER.iter().copied().filter(|p| *p != 99).collect();
+        let started = Instant::now();
+        let ResponseKind::Fetch(answer) = client.call(
+            12,
+            RequestKind::Fetch(fetch_request(&existing, |_| 3, 20_000)),
+        ) else {
+            unreachable!()
+        };
+        (started.elapsed(), answer)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let single = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name())
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(6)
+                .with_records(Some(batch(&[b"late".as_slice()])))])]);
+    let ResponseKind::Produce(answer) = client.call(9, RequestKind::Produce(single)) else {
+        unreachable!()
+    };
+    assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+    let (waited, answer) = waiter.join().expect("waiter thread");
+    assert!(
+        waited < Duration::from_secs(10),
+        "a parked fetch returns when data lands, not at max_wait_ms (waited {waited:?})"
+    );
+    let woken = answer.responses[0]
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == 6);
+    let records = woken
+        .and_then(|p| p.records.as_ref())
+        .expect("partition 6 has data");
+    assert_eq!(values(records), vec![Bytes::from_static(b"late")]);
+}
