@@ -1,5 +1,5 @@
 //! `matrix`: acks × message size, each run on a fresh topic, written to a report folder:
-//! table.txt, results.json, one .hgrm per run, one latency plot per acks setting.
+//! table.txt, results.json, one .hgrm per run, one latency plot (SVG and PNG) per acks setting.
 //!
 //! Invariants:
 //! - Every run produces to its own new topic (`<topic>-<size>b-acks<acks>-<run id>`), so the
@@ -113,15 +113,14 @@ fn write_plot(
     } else {
         format!("acks={}: produce latency by percentile", acks_name(acks))
     };
+    // ASCII only: the PNG's built-in font has no other glyphs.
     let title = format!(
-        "{title} — {}, {} cores, {}",
+        "{title} - {}, {} cores, {}",
         env.broker, env.cores, env.date_utc
     );
-    plot::latency_svg(
-        &out.join(format!("latency-acks{}.svg", acks_name(acks))),
-        &title,
-        &series,
-    )
+    let name = format!("latency-acks{}", acks_name(acks));
+    plot::latency_svg(&out.join(format!("{name}.svg")), &title, &series)?;
+    plot::latency_png(&out.join(format!("{name}.png")), &title, &series)
 }
 
 #[cfg(test)]
@@ -172,9 +171,11 @@ mod tests {
             "latency-acks0.svg",
             "latency-acks1.svg",
             "latency-acksall.svg",
+            "latency-acks1.png",
+            "latency-acksall.png",
         ] {
-            let text = std::fs::read_to_string(dir.path().join(f)).expect(f);
-            assert!(!text.is_empty(), "{f}");
+            let bytes = std::fs::read(dir.path().join(f)).expect(f);
+            assert!(!bytes.is_empty(), "{f}");
         }
         let json = std::fs::read_to_string(dir.path().join("results.json")).expect("json");
         let back: MatrixReport = serde_json::from_str(&json).expect("parses");

@@ -3,13 +3,19 @@
 //! Invariants:
 //! - The x axis is log10(1 / (1 - percentile)): 0 = p0, 1 = p90, 2 = p99, 3 = p99.9 … the usual
 //!   HdrHistogram view, where tails get the room they deserve. The y axis is milliseconds.
-//! - Plots are SVG, drawn with plotters' SVG backend, which writes text as <text> elements and so
-//!   needs no font files on the machine.
+//! - Plots are drawn twice from the same code: SVG (plotters writes text as <text> elements) and
+//!   PNG, where text is rendered from the public-domain 8×8 bitmap font of `font8x8` compiled
+//!   into the binary. Neither needs font files on the machine.
 
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use font8x8::legacy::BASIC_LEGACY;
 use plotters::prelude::*;
+use plotters_backend::text_anchor::{HPos, VPos};
+use plotters_backend::{
+    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind,
+};
 
 /// One line: a label and its (percentile 0..=1, latency ms) points.
 pub struct Series {
@@ -41,9 +47,137 @@ fn x_label(x: &f64) -> String {
     }
 }
 
+const SIZE: (u32, u32) = (960, 600);
+
 pub fn latency_svg(path: &Path, title: &str, series: &[Series]) -> Result<()> {
-    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
     draw(root, title, series).map_err(|e| anyhow!("plotting {}: {e}", path.display()))
+}
+
+pub fn latency_png(path: &Path, title: &str, series: &[Series]) -> Result<()> {
+    let root = PixelText(BitMapBackend::new(path, SIZE)).into_drawing_area();
+    draw(root, title, series).map_err(|e| anyhow!("plotting {}: {e}", path.display()))
+}
+
+/// A bitmap backend that draws text with a built-in 8×8 font instead of system fonts.
+struct PixelText<'a>(BitMapBackend<'a>);
+
+type BackendResult<E> = Result<(), DrawingErrorKind<E>>;
+
+impl PixelText<'_> {
+    fn scale(size: f64) -> i32 {
+        (size / 11.0).round().max(1.0) as i32
+    }
+}
+
+impl<'a> DrawingBackend for PixelText<'a> {
+    type ErrorType = <BitMapBackend<'a> as DrawingBackend>::ErrorType;
+
+    fn get_size(&self) -> (u32, u32) {
+        self.0.get_size()
+    }
+    fn ensure_prepared(&mut self) -> BackendResult<Self::ErrorType> {
+        self.0.ensure_prepared()
+    }
+    fn present(&mut self) -> BackendResult<Self::ErrorType> {
+        self.0.present()
+    }
+    fn draw_pixel(&mut self, p: BackendCoord, c: BackendColor) -> BackendResult<Self::ErrorType> {
+        self.0.draw_pixel(p, c)
+    }
+    fn draw_line<S: BackendStyle>(
+        &mut self,
+        a: BackendCoord,
+        b: BackendCoord,
+        s: &S,
+    ) -> BackendResult<Self::ErrorType> {
+        self.0.draw_line(a, b, s)
+    }
+    fn draw_rect<S: BackendStyle>(
+        &mut self,
+        a: BackendCoord,
+        b: BackendCoord,
+        s: &S,
+        fill: bool,
+    ) -> BackendResult<Self::ErrorType> {
+        self.0.draw_rect(a, b, s, fill)
+    }
+    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        path: I,
+        s: &S,
+    ) -> BackendResult<Self::ErrorType> {
+        self.0.draw_path(path, s)
+    }
+    fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        vertices: I,
+        s: &S,
+    ) -> BackendResult<Self::ErrorType> {
+        self.0.fill_polygon(vertices, s)
+    }
+    fn draw_circle<S: BackendStyle>(
+        &mut self,
+        center: BackendCoord,
+        radius: u32,
+        s: &S,
+        fill: bool,
+    ) -> BackendResult<Self::ErrorType> {
+        self.0.draw_circle(center, radius, s, fill)
+    }
+
+    fn estimate_text_size<T: BackendTextStyle>(
+        &self,
+        text: &str,
+        style: &T,
+    ) -> Result<(u32, u32), DrawingErrorKind<Self::ErrorType>> {
+        let k = Self::scale(style.size()) as u32;
+        Ok((text.chars().count() as u32 * 8 * k, 8 * k))
+    }
+
+    fn draw_text<T: BackendTextStyle>(
+        &mut self,
+        text: &str,
+        style: &T,
+        pos: BackendCoord,
+    ) -> BackendResult<Self::ErrorType> {
+        let k = Self::scale(style.size());
+        let (w, h) = (text.chars().count() as i32 * 8 * k, 8 * k);
+        let anchor = style.anchor();
+        let dx = match anchor.h_pos {
+            HPos::Left => 0,
+            HPos::Center => -w / 2,
+            HPos::Right => -w,
+        };
+        let dy = match anchor.v_pos {
+            VPos::Top => 0,
+            VPos::Center => -h / 2,
+            VPos::Bottom => -h,
+        };
+        let color = style.color();
+        let transform = style.transform();
+        for (i, ch) in text.chars().enumerate() {
+            let glyph = BASIC_LEGACY
+                .get(ch as usize)
+                .unwrap_or(&BASIC_LEGACY[b'?' as usize]);
+            for (row, bits) in glyph.iter().enumerate() {
+                for col in 0..8 {
+                    if bits >> col & 1 == 0 {
+                        continue;
+                    }
+                    for sy in 0..k {
+                        for sx in 0..k {
+                            let x = dx + (i as i32 * 8 + col) * k + sx;
+                            let y = dy + row as i32 * k + sy;
+                            let (tx, ty) = transform.transform(x, y);
+                            self.0.draw_pixel((pos.0 + tx, pos.1 + ty), color)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn draw<DB: DrawingBackend>(
@@ -69,6 +203,7 @@ where
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 24))
         .margin(20)
+        .margin_right(50)
         .x_label_area_size(50)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..X_MAX, 0f64..y_max)?;
@@ -84,10 +219,16 @@ where
         let color = colors[i % colors.len()];
         let points: Vec<(f64, f64)> = s.points.iter().map(|&(q, v)| (x_of(q), v)).collect();
         chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                points,
+                ShapeStyle::from(color).stroke_width(2),
+            ))?
             .label(s.label.clone())
             .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                PathElement::new(
+                    vec![(x, y), (x + 20, y)],
+                    ShapeStyle::from(color).stroke_width(2),
+                )
             });
     }
     chart
@@ -130,6 +271,13 @@ mod tests {
             },
         ];
         latency_svg(&path, "acks=1", &series).expect("plots");
+        let png = dir.path().join("p.png");
+        latency_png(&png, "acks=1", &series).expect("plots");
+        let bytes = std::fs::read(&png).expect("written");
+        assert!(bytes.starts_with(b"\x89PNG"), "a PNG file");
+        if let Ok(keep) = std::env::var("BENCH_PLOT_SAMPLE") {
+            let _ = std::fs::copy(&png, keep);
+        }
         let svg = std::fs::read_to_string(&path).expect("written");
         assert!(svg.starts_with("<svg") && svg.contains("acks=1") && svg.contains("p99.9"));
         assert!(svg.contains("100 B") && svg.contains("polyline"));
