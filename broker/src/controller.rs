@@ -52,14 +52,14 @@ pub struct TopicSpec {
 }
 
 pub struct Controller {
-    store: RefCell<Box<dyn MetadataStore>>,
+    store: RefCell<Box<dyn MetadataStore + Send>>,
     image: RefCell<MetadataImage>,
 }
 
 impl Controller {
     /// Loads the committed metadata.
     pub fn load(
-        mut store: Box<dyn MetadataStore>,
+        mut store: Box<dyn MetadataStore + Send>,
     ) -> Result<Controller, crate::metadata::StoreError> {
         let image = store.load()?;
         Ok(Controller {

@@ -63,7 +63,7 @@ pub fn run(config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<(
     // Start-up hand-off: each shard takes its own pieces once; never on a data path.
     let startup = Arc::new(Mutex::new(Startup {
         endpoints: endpoints.into_iter().map(Some).collect(),
-        controller: Some(SendController(controller)),
+        controller: Some(controller),
     }));
     let ready = Arc::new(Barrier::new(shard_count));
     let config = Arc::new(config);
@@ -79,7 +79,7 @@ pub fn run(config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<(
                 .take()
                 .expect("each shard starts once");
             let controller = if id == 0 {
-                startup.controller.take().map(|c| c.0)
+                startup.controller.take()
             } else {
                 None
             };
@@ -102,15 +102,8 @@ pub fn run(config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<(
 
 struct Startup {
     endpoints: Vec<Option<shard::Endpoint<Job<Shard>>>>,
-    controller: Option<SendController>,
+    controller: Option<Controller>,
 }
-
-/// The controller is built on the launching thread and moved, once, to shard 0; it is
-/// never touched by two threads.
-struct SendController(Controller);
-// SAFETY: the controller (a file handle and plain data behind RefCells) is moved to
-// shard 0 before any use and never shared; no Rc inside it is cloned before the move.
-unsafe impl Send for SendController {}
 
 async fn shard_main(
     router: Router<Shard>,
