@@ -2,8 +2,24 @@
 //!
 //! Invariants: batches are stored byte-for-byte as the producer sent them except base offset and
 //! partition leader epoch (both outside the CRC); every batch's CRC-32C is checked at ingress and
-//! again when recovery reads it back; offsets in a log are dense and increasing; after a failed
-//! write or fdatasync a log refuses writes (latched) rather than pretend durability.
+//! again when recovery or a read takes it back from disk; offsets in a log are dense and
+//! increasing; after a failed write or fdatasync a log refuses writes (latched) rather than
+//! pretend durability.
+//!
+//! Files of one partition directory:
+//! ```text
+//! 00000000000000000000.log        raw v2 batches, back to back (direct mode: zero padding
+//!                                 past the end until the segment is sealed or closed)
+//! 00000000000000000000.index      8-byte entries: relative last offset u32 BE | position u32 BE
+//! 00000000000000000000.timeindex  12-byte entries: max timestamp i64 BE | relative offset u32 BE
+//! clean_shutdown.checkpoint       written by `Log::close`, removed by `Log::open` (crc32fast)
+//! ```
+//! Index files are written whole when a segment is sealed (after a roll) or the log closed;
+//! the active segment's indexes live in memory and are rebuilt from the `.log` after a crash.
+//!
+//! For callers: `Log::append` never waits for the disk; when appends outrun it by more than
+//! eight write buffers it refuses with `StorageError::WriteBufferFull` (nothing stored): await
+//! `Log::flush` and retry. `Log::sync` is the acks=all barrier (group commit).
 
 pub mod batch;
 mod cache;
