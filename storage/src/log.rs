@@ -1441,7 +1441,9 @@ fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError
 /// Opens every segment. Indexes are trusted only when consistent with their `.log`; the active
 /// segment is re-scanned unless the clean-shutdown checkpoint vouches for it; a segment whose
 /// scan ends early (torn tail) is truncated and every later segment removed, since nothing in
-/// them can have been synced (a sync covers all earlier segments too).
+/// them can have been synced (a sync covers all earlier segments too). Index files of an
+/// inactive segment can be trusted because the writer seals a segment (`.log` fdatasynced,
+/// then indexes written) before it creates the next segment's file.
 async fn open_segments(
     dir: &Path,
     config: &LogConfig,

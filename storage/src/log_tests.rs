@@ -751,3 +751,50 @@ fn clean_checkpoint_is_double_checked() {
         });
     }
 }
+
+#[test]
+fn rejects_unusable_configs_and_oversized_appends() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        for config in [
+            LogConfig {
+                segment_bytes_max: 10,
+                ..LogConfig::default()
+            },
+            LogConfig {
+                segment_bytes_max: 1 << 40,
+                ..LogConfig::default()
+            },
+            LogConfig {
+                write_buffer_bytes_max: 100,
+                ..LogConfig::default()
+            },
+        ] {
+            let opened = Log::open(dir.path().join("bad"), config, cache.clone()).await;
+            assert!(matches!(opened, Err(StorageError::InvalidConfig(_))));
+        }
+        let config = LogConfig {
+            segment_bytes_max: 1_000,
+            ..config(IoMode::Buffered)
+        };
+        let log = open(dir.path(), config).await;
+        let big = encode_batch(&BatchSpec {
+            value_bytes: 2_000,
+            ..BatchSpec::default()
+        });
+        assert!(matches!(
+            log.append(&big, 0, 0),
+            Err(AppendError::Batch(BatchError::RecordsTooLarge { .. }))
+        ));
+        let mut inconsistent = batch(2, 0);
+        inconsistent[57..61].copy_from_slice(&3i32.to_be_bytes()); // record count, inside the CRC
+        let crc = crate::batch::compute_crc(&inconsistent);
+        inconsistent[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            log.append(&inconsistent, 0, 0),
+            Err(AppendError::Batch(BatchError::InvalidRecordCount { .. }))
+        ));
+        assert_eq!(log.log_end_offset(), 0);
+    });
+}
