@@ -160,6 +160,29 @@ mod tests {
     }
 
     #[test]
+    fn huge_array_counts_are_refused_not_allocated() {
+        // Metadata v0 whose topic array claims i32::MAX entries in a 14-byte frame: an
+        // unpatched decoder would ask for ~100 GB up front and abort the process.
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&3i16.to_be_bytes()); // Metadata
+        frame.extend_from_slice(&0i16.to_be_bytes()); // v0
+        frame.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+        frame.extend_from_slice(&(-1i16).to_be_bytes()); // null client id
+        frame.extend_from_slice(&i32::MAX.to_be_bytes()); // topic count
+        let error = decode_request(Bytes::from(frame), &apis()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                DecodeError::Malformed {
+                    correlation_id: 7,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn garbage_bodies_are_malformed_not_panics() {
         let body = RequestKind::Metadata(MetadataRequest::default());
         let good = frame(ApiKey::Metadata, 9, &body);
