@@ -9,7 +9,7 @@ ListOffsets reported when the read began.
 import time
 import uuid
 
-from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer,
+from confluent_kafka import (OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer,
                              TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -157,18 +157,24 @@ def watermarks(bootstrap, topic, partitions, timeout=10):
 
 
 def consume_all(bootstrap, topic, partitions, start=None, timeout=120):
-    """Reads every partition from `start` ({partition: offset}, default the
-    beginning) up to the high watermark it has when the read begins.
+    """Reads every partition from `start` ({partition: offset, or OFFSET_END for
+    nothing}, default the beginning) up to the high watermark it has when the
+    read begins.
     Returns {partition: [Record, ...]} in fetch order."""
     c = consumer(bootstrap)
     try:
-        high = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(partitions)}
+        marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                 for p in range(partitions)}
+        low = {p: marks[p][0] for p in marks}
+        high = {p: marks[p][1] for p in marks}
         start = start or {}
-        c.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING))
-                  for p in range(partitions)])
+        begin = {p: start.get(p, OFFSET_BEGINNING) for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, begin[p]) for p in range(partitions)])
         out = {p: [] for p in range(partitions)}
-        position = {p: start.get(p, 0) if start.get(p, 0) >= 0 else 0 for p in range(partitions)}
+        # Logical offsets: OFFSET_BEGINNING reads from the low watermark,
+        # OFFSET_END (-1, "no record at or after the timestamp") reads nothing.
+        position = {p: low[p] if begin[p] == OFFSET_BEGINNING else
+                    high[p] if begin[p] == OFFSET_END else begin[p] for p in range(partitions)}
         deadline = time.monotonic() + timeout
         while any(position[p] < high[p] for p in range(partitions)):
             if time.monotonic() > deadline:

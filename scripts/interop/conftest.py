@@ -198,6 +198,12 @@ def broker(request, broker_factory):
     return broker_factory(**params)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """No broker outlives the run, whatever failed on the way."""
+    for b in _BROKERS:
+        b.kill9()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

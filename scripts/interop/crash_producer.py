@@ -10,7 +10,8 @@ set of messages the broker has promised to keep, up to the moment the broker
 dies. Retries are off, so a record appears in the log at most once and
 per-key order in the log is produce order. The loop ends after SECONDS_MAX or
 at the first failed delivery (the broker is gone), then drains with a bounded
-flush. Exit status 0 unless the producer could not be set up.
+flush. The rate is capped so the log stays small enough to read back quickly.
+Exit status 0 unless the producer could not be set up.
 """
 
 import sys
@@ -19,6 +20,9 @@ import time
 from confluent_kafka import Producer
 
 KEYS = 20
+# Enough to keep many batches in flight at the kill, few enough that reading
+# the log back stays quick.
+RATE_MAX_PER_S = 20_000
 
 
 def main():
@@ -48,7 +52,12 @@ def main():
             acked += 1
 
         seq = int(first_seq)
+        started = time.monotonic()
+        produced = 0
         while failures == 0 and time.monotonic() < deadline:
+            ahead_s = produced / RATE_MAX_PER_S - (time.monotonic() - started)
+            if ahead_s > 0:
+                prod.poll(ahead_s)
             for k in range(KEYS):
                 value = f"k{k}:{seq}".encode()
                 while True:
@@ -58,6 +67,7 @@ def main():
                     except BufferError:
                         prod.poll(0.01)
             seq += 1
+            produced += KEYS
             prod.poll(0)
         prod.flush(15)
     print(f"crash_producer: acked={acked} failed={failures} last_seq={seq - 1}", flush=True)

@@ -8,6 +8,8 @@ this module to check that what the clients chose is what a Java producer would
 have chosen, so that data written by one client family is found by another.
 """
 
+import functools
+
 M = 0x5BD1E995
 SEED = 0x9747B28C
 MASK32 = 0xFFFFFFFF
@@ -39,6 +41,7 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=65536)
 def java_partition(key: bytes, partitions: int) -> int:
     """Partition the Java DefaultPartitioner / BuiltInPartitioner picks for a key."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions

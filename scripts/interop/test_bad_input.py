@@ -53,15 +53,19 @@ def node(request, tmp_path_factory):
                     settings={"auto.create.topics.enable": "false",
                               "socket.request.max.bytes": str(REQUEST_MAX_BYTES),
                               "message.max.bytes": str(MESSAGE_MAX_BYTES)})
-    broker.start()
-    seed_topic, probe_topic = unique_topic("seed"), unique_topic("probe")
-    create_topic(broker.bootstrap, seed_topic, SEED_PARTITIONS)
-    create_topic(broker.bootstrap, probe_topic, 1)
-    produce_all(producer(broker.bootstrap),
-                [{"topic": seed_topic, "key": b"seed-%d" % i, "value": os.urandom(50)}
-                 for i in range(1000)])
-    seed = consume_all(broker.bootstrap, seed_topic, SEED_PARTITIONS)
-    assert sum(len(r) for r in seed.values()) == 1000
+    try:
+        broker.start()
+        seed_topic, probe_topic = unique_topic("seed"), unique_topic("probe")
+        create_topic(broker.bootstrap, seed_topic, SEED_PARTITIONS)
+        create_topic(broker.bootstrap, probe_topic, 1)
+        produce_all(producer(broker.bootstrap),
+                    [{"topic": seed_topic, "key": b"seed-%d" % i, "value": os.urandom(50)}
+                     for i in range(1000)])
+        seed = consume_all(broker.bootstrap, seed_topic, SEED_PARTITIONS)
+        assert sum(len(r) for r in seed.values()) == 1000
+    except BaseException:
+        broker.kill9()
+        raise
     yield Node(broker, seed_topic, {p: [r.as_tuple() for r in rs] for p, rs in seed.items()},
                probe_topic)
     finish(broker)
