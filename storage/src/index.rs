@@ -123,6 +123,37 @@ mod tests {
         assert_eq!(index.lookup(10_000), 9_000);
     }
 
+    proptest::proptest! {
+        /// Lookup agrees with a linear search over the entries; decode inverts encode.
+        #[test]
+        fn lookup_matches_linear_search(
+            gaps in proptest::collection::vec((1u32..50, 1u32..5_000), 0..40),
+            probes in proptest::collection::vec(0i64..3_000, 1..20),
+        ) {
+            let base_offset = 1_000;
+            let mut index = OffsetIndex::new(base_offset);
+            let (mut offset, mut position) = (base_offset, 0u32);
+            for (offset_gap, position_gap) in gaps {
+                offset += i64::from(offset_gap);
+                position += position_gap;
+                index.append(offset, position);
+            }
+            for probe in probes {
+                let probe = base_offset - 10 + probe;
+                let expected = index
+                    .entries
+                    .iter()
+                    .filter(|e| base_offset + i64::from(e.relative_offset) <= probe)
+                    .map(|e| e.position)
+                    .next_back()
+                    .unwrap_or(0);
+                proptest::prop_assert_eq!(index.lookup(probe), expected);
+            }
+            let decoded = OffsetIndex::decode(base_offset, &index.encode(), u64::from(position) + 1);
+            proptest::prop_assert_eq!(decoded.map(|d| d.entries), Ok(index.entries));
+        }
+    }
+
     #[test]
     fn encode_decode_round_trip() {
         let mut index = OffsetIndex::new(5);
