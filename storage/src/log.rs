@@ -876,6 +876,32 @@ async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
     signals.progress.notify();
 }
 
+/// The one fdatasync round in flight. If its caller's future is dropped mid-way (say, by a
+/// request timeout), the files go back to the dirty list and the slot is freed, so the next
+/// caller syncs them: cancellation must not make unsynced data look synced nor stall syncs.
+struct SyncInFlight<'a> {
+    inner: &'a Inner,
+    files: Vec<Rc<SegmentFile>>,
+    finished: bool,
+}
+
+impl Drop for SyncInFlight<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut state = self.inner.state.borrow_mut();
+        state.sync_in_flight = false;
+        for file in self.files.drain(..) {
+            if !state.dirty_files.iter().any(|f| Rc::ptr_eq(f, &file)) {
+                state.dirty_files.push(file);
+            }
+        }
+        drop(state);
+        self.inner.signals.progress.notify();
+    }
+}
+
 /// A window of one segment's bytes, refilled as a scan moves forward.
 struct SegmentReader {
     segment_base_offset: i64,
@@ -1307,13 +1333,19 @@ impl Log {
                 }
                 continue;
             };
+            let mut in_flight = SyncInFlight {
+                inner,
+                files,
+                finished: false,
+            };
             let mut result = Ok(());
-            for file in &files {
+            for file in &in_flight.files {
                 result = file.fdatasync().await;
                 if result.is_err() {
                     break;
                 }
             }
+            in_flight.finished = true;
             match result {
                 Ok(()) => {
                     let mut state = inner.state.borrow_mut();

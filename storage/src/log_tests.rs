@@ -797,3 +797,35 @@ fn rejects_unusable_configs_and_oversized_appends() {
         assert_eq!(log.log_end_offset(), 0);
     });
 }
+
+/// A sync whose caller gives up mid-fdatasync (its future dropped, as a request timeout would)
+/// neither blocks later syncs nor lets them skip the files it had taken.
+#[test]
+fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            log.append(&batch(1, 1_000), 0, 0).expect("append");
+            let syncing = glommio::spawn_local({
+                let log = log.clone();
+                async move { log.sync().await }
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !log.inner.state.borrow().sync_in_flight {
+                assert!(std::time::Instant::now() < deadline, "sync never started");
+                glommio::timer::sleep(std::time::Duration::from_micros(10)).await;
+            }
+            // Cancel while the fdatasync is in flight (None: the future was dropped unfinished).
+            if syncing.cancel().await.is_none() {
+                let state = log.inner.state.borrow();
+                assert!(!state.sync_in_flight, "slot freed");
+                assert_eq!(state.dirty_files.len(), 1, "file handed back");
+                assert_eq!(state.ops_synced, 0);
+            }
+            log.sync().await.expect("sync after a cancelled one");
+            let state = log.inner.state.borrow();
+            assert_eq!(state.ops_synced, state.ops_enqueued);
+        });
+    }
+}
