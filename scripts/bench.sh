@@ -73,7 +73,11 @@ for _ in $(seq 1 300); do
 done
 (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "ringlog never listened on $port" >&2; exit 1; }
 
-label="ringlog $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $cores core(s)"
+if [ -n "${RINGLOG_BIN:-}" ]; then
+    label="ringlog $RINGLOG_BIN, $cores core(s)"
+else
+    label="ringlog $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $cores core(s)"
+fi
 [ -n "${LOG_IO_MODE:-}" ] && label="$label, log.io.mode=$LOG_IO_MODE"
 
 echo "==> ringlog-bench matrix -> $out" >&2
@@ -84,7 +88,7 @@ status=0
 if [ -f "$out/table.txt" ]; then
     cat "$out/table.txt"
     echo
-    echo "report: $out (table.txt, results.json, *.hgrm, latency-acks*.svg)"
+    echo "report: $out (table.txt, results.json, *.hgrm, latency-acks*.svg and .png)"
 fi
 if [ "$status" -ne 0 ]; then
     echo "ringlog-bench matrix exited $status (errors are listed in $out/results.json)" >&2

@@ -283,6 +283,7 @@ async fn consumer(
                         let Some(v) = r.value.as_ref().filter(|v| v.len() >= 8) else {
                             continue;
                         };
+                        // The filter above guarantees 8 bytes.
                         let stamp = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
                         if stamp >= tl.warmup_end_ns {
                             t.clamped += u64::from(report::record(

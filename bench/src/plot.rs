@@ -65,8 +65,16 @@ struct PixelText<'a>(BitMapBackend<'a>);
 type BackendResult<E> = Result<(), DrawingErrorKind<E>>;
 
 impl PixelText<'_> {
-    fn scale(size: f64) -> i32 {
-        (size / 11.0).round().max(1.0) as i32
+    /// Pixels per font pixel: grows with the font size, but falls back to 1 when the text
+    /// would not fit across the image.
+    fn scale(&self, text: &str, size: f64) -> i32 {
+        let k = (size / 11.0).round().max(1.0) as i32;
+        let width = text.chars().count() as i32 * 8 * k;
+        if width > self.0.get_size().0 as i32 - 40 {
+            1
+        } else {
+            k
+        }
     }
 }
 
@@ -131,7 +139,7 @@ impl<'a> DrawingBackend for PixelText<'a> {
         text: &str,
         style: &T,
     ) -> Result<(u32, u32), DrawingErrorKind<Self::ErrorType>> {
-        let k = Self::scale(style.size()) as u32;
+        let k = self.scale(text, style.size()) as u32;
         Ok((text.chars().count() as u32 * 8 * k, 8 * k))
     }
 
@@ -141,7 +149,7 @@ impl<'a> DrawingBackend for PixelText<'a> {
         style: &T,
         pos: BackendCoord,
     ) -> BackendResult<Self::ErrorType> {
-        let k = Self::scale(style.size());
+        let k = self.scale(text, style.size());
         let (w, h) = (text.chars().count() as i32 * 8 * k, 8 * k);
         let anchor = style.anchor();
         let dx = match anchor.h_pos {
