@@ -204,7 +204,10 @@ struct State {
     pending_bytes: usize,
     next_chunk_bytes: usize,
     failed: Option<String>,
+    /// Appends are refused (close or delete started).
     closed: bool,
+    /// `close` finished: the clean-shutdown checkpoint is written.
+    closed_cleanly: bool,
 }
 
 enum WriteOp {
@@ -1020,6 +1023,7 @@ impl Log {
             next_chunk_bytes: CHUNK_BYTES_MIN,
             failed: None,
             closed: false,
+            closed_cleanly: false,
         };
         let signals = Rc::new(Signals::default());
         let inner = Rc::new(Inner {
@@ -1364,12 +1368,13 @@ impl Log {
     }
 
     /// Flushes, syncs and records a clean shutdown so that the next open skips recovery.
-    /// Appends fail with `StorageError::Closed` afterwards.
+    /// Appends fail with `StorageError::Closed` afterwards. Idempotent; a close that was
+    /// cancelled or failed part-way can be called again.
     pub async fn close(&self) -> Result<(), StorageError> {
         let inner = &*self.inner;
         {
             let mut state = inner.state.borrow_mut();
-            if state.closed {
+            if state.closed_cleanly {
                 return Ok(());
             }
             if let Some(reason) = &state.failed {
@@ -1405,6 +1410,7 @@ impl Log {
         };
         write_clean_shutdown(&inner.dir, &checkpoint).await?;
         sync_dir(&inner.dir).await?;
+        inner.state.borrow_mut().closed_cleanly = true;
         inner.signals.shutdown.set(true);
         inner.signals.writer.notify();
         inner.cache.remove_log(inner.log_id);
