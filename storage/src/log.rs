@@ -417,6 +417,9 @@ impl State {
                 }
             }
             IoMode::Direct => {
+                // The chunk restarts at the partial last block and rewrites its bytes unchanged:
+                // a crash that tears that rewrite leaves each sector old or new, and both hold
+                // the same earlier (possibly synced) bytes.
                 let block_position = align_down(position);
                 let head_bytes = (position - block_position) as usize;
                 let mut head = [0u8; BLOCK_BYTES];
