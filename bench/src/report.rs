@@ -246,30 +246,48 @@ impl Summary {
     }
 
     pub fn text(&self) -> String {
-        let mut s = format!(
-            "{} {}: {} msgs/s, {:.1} MB/s payload ({:.1} MB/s batches), {} messages in {:.2} s \
-             (sent {}, acked {}), acks={}, {} B, {} producers, {} partitions, {} cores\n",
-            self.mode,
-            self.topic,
-            fmt_rate(self.msgs_per_s),
-            self.mb_per_s,
-            self.wire_mb_per_s,
-            self.measured_messages,
-            self.measured_s,
-            self.sent,
-            self.acked,
-            self.acks,
-            self.message_bytes,
-            self.producers,
-            self.partitions,
-            self.cores,
-        );
+        let consume = self.mode.starts_with("consume");
+        let mut s = if consume {
+            format!(
+                "{} {}: {} msgs/s, {:.1} MB/s of batches, {} messages in {:.2} s, \
+                 {} partitions, {} cores\n",
+                self.mode,
+                self.topic,
+                fmt_rate(self.msgs_per_s),
+                self.wire_mb_per_s,
+                self.measured_messages,
+                self.measured_s,
+                self.partitions,
+                self.cores,
+            )
+        } else {
+            format!(
+                "{} {}: {} msgs/s, {:.1} MB/s payload ({:.1} MB/s batches), {} messages in \
+                 {:.2} s (sent {}, acked {}), acks={}, {} B, {} producers, {} partitions, \
+                 {} cores\n",
+                self.mode,
+                self.topic,
+                fmt_rate(self.msgs_per_s),
+                self.mb_per_s,
+                self.wire_mb_per_s,
+                self.measured_messages,
+                self.measured_s,
+                self.sent,
+                self.acked,
+                self.acks,
+                self.message_bytes,
+                self.producers,
+                self.partitions,
+                self.cores,
+            )
+        };
         let l = &self.latency;
         if l.count > 0 {
-            let _ = writeln!(
+            let _ =
+                writeln!(
                 s,
-                "latency ms: p50 {:.3} p90 {:.3} p99 {:.3} p99.9 {:.3} p99.99 {:.3} max {:.3} \
-                 (n={})",
+                "{} ms: p50 {:.3} p90 {:.3} p99 {:.3} p99.9 {:.3} p99.99 {:.3} max {:.3} (n={})",
+                if consume { "fetch round trip" } else { "latency" },
                 l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms, l.count
             );
         }
