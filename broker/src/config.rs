@@ -91,6 +91,25 @@ pub struct BrokerConfig {
     pub in_flight_requests_max: usize,
     /// Defaults for topic-level settings that topics may override.
     pub topic_defaults: BTreeMap<String, String>,
+    pub groups: GroupConfig,
+}
+
+/// Consumer-group settings (Kafka's names in comments).
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` when created.
+    pub offsets_partitions: i32,
+    /// `offsets.retention.minutes`: committed offsets of an empty group expire after this.
+    pub offsets_retention: Duration,
+    /// `offset.metadata.max.bytes`: the largest metadata string of a commit.
+    pub offset_metadata_bytes_max: usize,
+    /// `group.initial.rebalance.delay.ms`: a new group waits this long for more members.
+    pub initial_rebalance_delay: Duration,
+    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
+    pub session_timeout_min: Duration,
+    pub session_timeout_max: Duration,
+    /// `group.max.size`: members (and pending member ids) per group.
+    pub members_max: usize,
 }
 
 /// Topic-level configuration names a topic may override, with the broker key that gives
@@ -139,6 +158,13 @@ const BROKER_KEYS: &[&str] = &[
     "connections.max.idle.ms",
     "max.in.flight.requests.per.connection",
     "log.retention.hours",
+    "offsets.topic.num.partitions",
+    "offsets.retention.minutes",
+    "offset.metadata.max.bytes",
+    "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.max.size",
 ];
 
 impl BrokerConfig {
@@ -311,6 +337,52 @@ impl BrokerConfig {
                 1024,
             )?,
             topic_defaults,
+            groups: GroupConfig {
+                offsets_partitions: number(
+                    "offsets.topic.num.partitions",
+                    get("offsets.topic.num.partitions").unwrap_or("50"),
+                    1,
+                    10_000,
+                )?,
+                offsets_retention: Duration::from_secs(
+                    60 * number::<u64>(
+                        "offsets.retention.minutes",
+                        get("offsets.retention.minutes").unwrap_or("10080"),
+                        1,
+                        1 << 32,
+                    )?,
+                ),
+                offset_metadata_bytes_max: number(
+                    "offset.metadata.max.bytes",
+                    get("offset.metadata.max.bytes").unwrap_or("4096"),
+                    0,
+                    1 << 20,
+                )?,
+                initial_rebalance_delay: Duration::from_millis(number(
+                    "group.initial.rebalance.delay.ms",
+                    get("group.initial.rebalance.delay.ms").unwrap_or("3000"),
+                    0,
+                    1 << 31,
+                )?),
+                session_timeout_min: Duration::from_millis(number(
+                    "group.min.session.timeout.ms",
+                    get("group.min.session.timeout.ms").unwrap_or("6000"),
+                    1,
+                    i32::MAX as u64,
+                )?),
+                session_timeout_max: Duration::from_millis(number(
+                    "group.max.session.timeout.ms",
+                    get("group.max.session.timeout.ms").unwrap_or("1800000"),
+                    1,
+                    i32::MAX as u64,
+                )?),
+                members_max: number(
+                    "group.max.size",
+                    get("group.max.size").unwrap_or("2147483647"),
+                    1,
+                    i32::MAX as usize,
+                )?,
+            },
         };
         if config.message_bytes_max > config.request_bytes_max {
             return Err(ConfigError::Value {

@@ -137,6 +137,10 @@ async fn shard_main(
         .unwrap_or_default();
     tracing::info!(shard = shard.id(), address, "listening");
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
+    let sweeper = glommio::spawn_local(crate::groups::GroupCoordinator::sweep_forever(
+        shard.clone(),
+    ))
+    .detach();
     let limits = ConnectionLimits {
         request_bytes_max: config.request_bytes_max,
         in_flight_max: config.in_flight_requests_max,
@@ -174,6 +178,7 @@ async fn shard_main(
     }
     drop(listener);
     flusher.cancel();
+    sweeper.cancel();
     shard.close().await;
     inbox.cancel();
     Ok(())

@@ -17,6 +17,7 @@ use storage::{BatchCache, Log, LogConfig};
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
+use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
 
@@ -31,6 +32,8 @@ pub struct Shard {
     partitions: RefCell<HashMap<String, Vec<Option<Rc<Partition>>>>>,
     /// The controller runs on shard 0 only.
     pub controller: Option<Controller>,
+    /// Groups whose `__consumer_offsets` partition this shard owns.
+    pub groups: GroupCoordinator,
     pub stopping: Notify,
     stopped: Cell<bool>,
 }
@@ -42,6 +45,7 @@ impl Shard {
         apis: Rc<SupportedApis>,
         controller: Option<Controller>,
     ) -> Shard {
+        let groups = GroupCoordinator::new(config.groups.clone());
         Shard {
             request_budget: Rc::new(Semaphore::new(config.queued_request_bytes_max as u64)),
             cache: Rc::new(BatchCache::new(config.cache_bytes_max)),
@@ -51,6 +55,7 @@ impl Shard {
             image: RefCell::new(Arc::new(MetadataImage::default())),
             partitions: RefCell::new(HashMap::new()),
             controller,
+            groups,
             stopping: Notify::new(),
             stopped: Cell::new(false),
         }
@@ -125,6 +130,9 @@ impl Shard {
                     continue;
                 }
                 let partition = self.open_partition(topic, index).await?;
+                if topic.name == OFFSETS_TOPIC {
+                    self.groups.load(&partition).await?;
+                }
                 let mut partitions = self.partitions.borrow_mut();
                 let slots = partitions.entry(topic.name.clone()).or_default();
                 if slots.len() <= index as usize {

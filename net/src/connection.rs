@@ -96,10 +96,8 @@ pub async fn serve_connection<H: Handler>(
     );
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(limits.idle_timeout))?;
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let peer_addr = stream.peer_addr().ok();
+    let peer = peer_addr.map(|a| a.to_string()).unwrap_or_default();
     let stream = Rc::new(RefCell::new(stream));
     let (slots_tx, slots_rx) = local_channel::new_bounded(limits.in_flight_max);
     let writer = glommio::spawn_local(write_answers(Half(stream.clone()), slots_rx));
@@ -110,7 +108,7 @@ pub async fn serve_connection<H: Handler>(
         &limits,
         &request_budget,
         slots_tx,
-        &peer,
+        (peer_addr, &peer),
     )
     .await;
     // The sender is gone now; the writer finishes the answers owed and stops.
@@ -130,7 +128,7 @@ async fn read_requests<H: Handler>(
     limits: &ConnectionLimits,
     request_budget: &Rc<Semaphore>,
     slots: local_channel::LocalSender<(Slot, Option<StaticPermit>)>,
-    peer: &str,
+    (peer_addr, peer): (Option<std::net::SocketAddr>, &str),
 ) -> io::Result<()> {
     let mut buffered = BytesMut::with_capacity(READ_CHUNK_BYTES);
     loop {
@@ -166,12 +164,15 @@ async fn read_requests<H: Handler>(
         buffered.advance(LENGTH_PREFIX_BYTES);
         let body = buffered.split_to(body_bytes).freeze();
         let slot = match decode_request(body, apis) {
-            Ok(request) => Slot::Pending {
-                api_key: request.api_key,
-                api_version: request.api_version,
-                correlation_id: request.correlation_id,
-                task: glommio::spawn_local(handler.clone().handle(request)).detach(),
-            },
+            Ok(mut request) => {
+                request.peer = peer_addr;
+                Slot::Pending {
+                    api_key: request.api_key,
+                    api_version: request.api_version,
+                    correlation_id: request.correlation_id,
+                    task: glommio::spawn_local(handler.clone().handle(request)).detach(),
+                }
+            }
             Err(DecodeError::UnsupportedApiVersions {
                 api_version,
                 correlation_id,

@@ -21,6 +21,9 @@ pub struct Request {
     pub body: RequestKind,
     /// Size of the frame body, for memory accounting.
     pub frame_bytes: usize,
+    /// The client's address, when the connection knows it (Kafka reports it as the
+    /// member's client host).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 #[derive(Error, Debug)]
@@ -102,6 +105,7 @@ pub fn decode_request(mut frame: Bytes, apis: &SupportedApis) -> Result<Request,
         client_id: header.client_id,
         body,
         frame_bytes,
+        peer: None,
     })
 }
 

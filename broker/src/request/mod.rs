@@ -4,13 +4,25 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod group_route;
+mod heartbeat;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +46,17 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DescribeConfigs, 1, 4),
         (ApiKey::CreatePartitions, 0, 3),
         (ApiKey::DescribeCluster, 0, 1),
+        (ApiKey::FindCoordinator, 0, 4),
+        (ApiKey::JoinGroup, 0, 9),
+        (ApiKey::SyncGroup, 0, 5),
+        (ApiKey::Heartbeat, 0, 4),
+        (ApiKey::LeaveGroup, 0, 5),
+        (ApiKey::OffsetCommit, 2, 8),
+        (ApiKey::OffsetFetch, 1, 8),
+        (ApiKey::ListGroups, 0, 4),
+        (ApiKey::DescribeGroups, 0, 5),
+        (ApiKey::DeleteGroups, 0, 2),
+        (ApiKey::OffsetDelete, 0, 0),
     ])
 }
 
@@ -65,6 +88,42 @@ impl Handler for Shard {
                     respond(create_partitions::handle(&self, body).await)
                 }
                 RequestKind::DescribeCluster(_) => respond(describe_cluster::handle(&self)),
+                RequestKind::FindCoordinator(body) => {
+                    respond(find_coordinator::handle(&self, body, version).await)
+                }
+                RequestKind::JoinGroup(body) => {
+                    let client_id = request.client_id.as_deref().unwrap_or_default().to_string();
+                    let client_host = request
+                        .peer
+                        .map(|peer| format!("/{}", peer.ip()))
+                        .unwrap_or_default();
+                    respond(join_group::handle(&self, body, version, client_id, client_host).await)
+                }
+                RequestKind::SyncGroup(body) => {
+                    respond(sync_group::handle(&self, body, version).await)
+                }
+                RequestKind::Heartbeat(body) => respond(heartbeat::handle(&self, body).await),
+                RequestKind::LeaveGroup(body) => {
+                    respond(leave_group::handle(&self, body, version).await)
+                }
+                RequestKind::OffsetCommit(body) => {
+                    respond(offset_commit::handle(&self, body).await)
+                }
+                RequestKind::OffsetFetch(body) => {
+                    respond(offset_fetch::handle(&self, body, version).await)
+                }
+                RequestKind::ListGroups(body) => {
+                    respond(list_groups::handle(&self, body, version).await)
+                }
+                RequestKind::DescribeGroups(body) => {
+                    respond(describe_groups::handle(&self, body, version).await)
+                }
+                RequestKind::DeleteGroups(body) => {
+                    respond(delete_groups::handle(&self, body).await)
+                }
+                RequestKind::OffsetDelete(body) => {
+                    respond(offset_delete::handle(&self, body).await)
+                }
                 other => {
                     // `net` admits only announced APIs, so this is a programmer error;
                     // close the connection rather than answer wrongly.

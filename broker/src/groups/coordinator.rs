@@ -1,0 +1,843 @@
+//! The group coordinator of one shard: the groups whose `__consumer_offsets` partition the
+//! shard owns, their committed offsets, and the records that make both durable.
+//!
+//! Invariants:
+//! - A group is served only after its offsets partition was replayed ("loaded"); until
+//!   then its requests get COORDINATOR_LOAD_IN_PROGRESS.
+//! - A commit is answered after its records are appended to the offsets partition and
+//!   fdatasync'ed, and only then is it visible to OffsetFetch; group metadata is written
+//!   when a rebalance completes (with the assignments) and when a group becomes empty.
+//! - Borrows of the maps never span an `.await`: state is read or changed, the borrow is
+//!   dropped, then any I/O is awaited.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use super::group::{Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, SyncOutcome};
+use super::records::{
+    decode_key, decode_value, encode_key, encode_value, GroupValue, MemberValue, OffsetValue,
+    RecordKey, RecordValue,
+};
+use super::{partition_for, OFFSETS_TOPIC};
+use crate::config::GroupConfig;
+use crate::errors::{code, NONE};
+use crate::partition::Partition;
+use crate::request::now_ms;
+use crate::shard_state::Shard;
+
+/// Bytes read per step when replaying an offsets partition.
+const LOAD_READ_BYTES: usize = 1 << 20;
+/// How often member sessions, rebalance deadlines and offset retention are checked.
+pub const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A committed offset as OffsetFetch reports it.
+pub type Committed = OffsetValue;
+/// One group's committed offsets by (topic, partition).
+type GroupOffsets = BTreeMap<(String, i32), Committed>;
+/// OffsetFetch's answer: per topic, per partition, the commit if any.
+pub type CommittedByTopic = Vec<(String, Vec<(i32, Option<Committed>)>)>;
+
+/// Where a JoinGroup stands: answered now, or waiting for the rebalance to complete.
+pub enum JoinStep {
+    Answer(JoinOutcome),
+    Wait(flume::Receiver<JoinOutcome>),
+}
+
+/// One partition's commit request.
+pub struct CommitPart {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// A group as DescribeGroups reports it.
+pub struct GroupDescription {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    /// (member id, instance id, client id, client host, metadata, assignment)
+    pub members: Vec<(String, Option<String>, String, String, Bytes, Bytes)>,
+}
+
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    groups: RefCell<HashMap<String, Group>>,
+    offsets: RefCell<HashMap<String, GroupOffsets>>,
+    /// Offsets partitions of this shard whose records were replayed.
+    loaded: RefCell<HashSet<i32>>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> GroupCoordinator {
+        GroupCoordinator {
+            config,
+            groups: RefCell::new(HashMap::new()),
+            offsets: RefCell::new(HashMap::new()),
+            loaded: RefCell::new(HashSet::new()),
+        }
+    }
+
+    fn limits(&self) -> GroupLimits {
+        GroupLimits {
+            members_max: self.config.members_max,
+            initial_rebalance_delay: self.config.initial_rebalance_delay,
+        }
+    }
+
+    /// The offsets partition of `group_id` and its owner shard, if the topic exists.
+    pub fn locate(shard: &Shard, group_id: &str) -> Option<(i32, usize)> {
+        let image = shard.image();
+        let topic = image.topic(OFFSETS_TOPIC)?;
+        let partition = partition_for(group_id, topic.partition_count);
+        Some((partition, shard.owner(OFFSETS_TOPIC, partition)))
+    }
+
+    /// COORDINATOR_LOAD_IN_PROGRESS until the group's partition is replayed here, and
+    /// NOT_COORDINATOR if this shard does not own it (a programmer error in routing).
+    fn check_serving(&self, shard: &Shard, group_id: &str) -> Result<Rc<Partition>, i16> {
+        let Some((partition, owner)) = Self::locate(shard, group_id) else {
+            return Err(code(ResponseError::CoordinatorNotAvailable));
+        };
+        if owner != shard.id() {
+            return Err(code(ResponseError::NotCoordinator));
+        }
+        if !self.loaded.borrow().contains(&partition) {
+            return Err(code(ResponseError::CoordinatorLoadInProgress));
+        }
+        shard
+            .partition(OFFSETS_TOPIC, partition)
+            .ok_or(code(ResponseError::CoordinatorNotAvailable))
+    }
+
+    /// Replays one offsets partition into memory.
+    pub async fn load(&self, partition: &Partition) -> Result<(), storage::StorageError> {
+        let started = Instant::now();
+        let mut offset = partition.log.log_start_offset();
+        let mut record_count = 0usize;
+        while offset < partition.log.log_end_offset() {
+            let read = match partition.log.read(offset, LOAD_READ_BYTES).await {
+                Ok(read) => read,
+                Err(storage::ReadError::Storage(error)) => return Err(error),
+                Err(storage::ReadError::OffsetOutOfRange { .. }) => break,
+            };
+            if read.records.is_empty() {
+                break;
+            }
+            let mut position = 0;
+            while position < read.records.len() {
+                let Ok(header) = storage::batch::BatchHeader::parse(&read.records[position..])
+                else {
+                    break;
+                };
+                let end = position + header.total_bytes();
+                let mut batch = read.records.slice(position..end.min(read.records.len()));
+                position = end;
+                offset = header.last_offset() + 1;
+                let set = match RecordBatchDecoder::decode(&mut batch) {
+                    Ok(set) => set,
+                    Err(error) => {
+                        tracing::warn!(%error, "skipping an undecodable offsets batch");
+                        continue;
+                    }
+                };
+                for record in set.records {
+                    record_count += 1;
+                    self.apply(record.key, record.value, Instant::now());
+                }
+            }
+        }
+        self.loaded.borrow_mut().insert(partition.index);
+        tracing::debug!(
+            partition = partition.index,
+            record_count,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "offsets partition loaded"
+        );
+        Ok(())
+    }
+
+    /// Applies one replayed record; later records win, tombstones delete.
+    fn apply(&self, key: Option<Bytes>, value: Option<Bytes>, now: Instant) {
+        let Some(key) = key else { return };
+        let key = match decode_key(key) {
+            Ok(Some(key)) => key,
+            Ok(None) => return,
+            Err(reason) => {
+                tracing::warn!(%reason, "skipping an undecodable offsets key");
+                return;
+            }
+        };
+        let value = match value.map(|v| decode_value(&key, v)).transpose() {
+            Ok(value) => value,
+            Err(reason) => {
+                tracing::warn!(%reason, "skipping an undecodable offsets value");
+                return;
+            }
+        };
+        match (key, value) {
+            (
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                },
+                Some(RecordValue::Offset(value)),
+            ) => {
+                self.offsets
+                    .borrow_mut()
+                    .entry(group)
+                    .or_default()
+                    .insert((topic, partition), value);
+            }
+            (
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                },
+                None,
+            ) => {
+                let mut offsets = self.offsets.borrow_mut();
+                if let Some(committed) = offsets.get_mut(&group) {
+                    committed.remove(&(topic, partition));
+                    if committed.is_empty() {
+                        offsets.remove(&group);
+                    }
+                }
+            }
+            (RecordKey::Group { group }, Some(RecordValue::Group(value))) => {
+                let restored = restore_group(&group, value, now);
+                self.groups.borrow_mut().insert(group, restored);
+            }
+            (RecordKey::Group { group }, None) => {
+                self.groups.borrow_mut().remove(&group);
+            }
+            (key, _) => tracing::warn!(?key, "offsets record of the wrong kind"),
+        }
+    }
+
+    /// Appends `records` to the group's offsets partition and waits until they are durable.
+    async fn write(
+        partition: &Partition,
+        records: Vec<(RecordKey, Option<RecordValue>)>,
+    ) -> Result<(), i16> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let timestamp = now_ms();
+        let records: Vec<Record> = records
+            .into_iter()
+            .enumerate()
+            .map(|(index, (key, value))| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: index as i64,
+                sequence: -1,
+                timestamp,
+                key: Some(encode_key(&key)),
+                value: value.as_ref().map(encode_value),
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+            .collect();
+        let mut batch = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut batch, &records, &options)
+            .map_err(|_| code(ResponseError::UnknownServerError))?;
+        let outcome = partition.append(&batch, timestamp).await;
+        if outcome.error_code != NONE {
+            return Err(outcome.error_code);
+        }
+        match partition.sync().await {
+            NONE => Ok(()),
+            error_code => Err(error_code),
+        }
+    }
+
+    /// JoinGroup: an immediate answer, or a receiver for the answer when the rebalance
+    /// completes.
+    pub fn join(&self, shard: &Shard, group_id: &str, request: JoinRequest) -> JoinStep {
+        if let Err(error_code) = self.check_serving(shard, group_id) {
+            return JoinStep::Answer(JoinOutcome {
+                error_code,
+                generation: -1,
+                ..JoinOutcome::default()
+            });
+        }
+        if group_id.is_empty() {
+            return JoinStep::Answer(JoinOutcome::error(
+                ResponseError::InvalidGroupId,
+                &request.member_id,
+            ));
+        }
+        let timeout = request.session_timeout;
+        if timeout < self.config.session_timeout_min || timeout > self.config.session_timeout_max {
+            let refusal =
+                JoinOutcome::error(ResponseError::InvalidSessionTimeout, &request.member_id);
+            return JoinStep::Answer(refusal);
+        }
+        let (waiter, answer) = flume::bounded(1);
+        let mut groups = self.groups.borrow_mut();
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id));
+        match group.join(request, waiter, self.limits(), Instant::now()) {
+            Some(immediate) => JoinStep::Answer(immediate),
+            None => JoinStep::Wait(answer),
+        }
+    }
+
+    /// SyncGroup: an immediate answer, or a receiver for the leader's assignment. When the
+    /// leader's assignment completes the rebalance, the group is persisted first.
+    pub async fn sync(
+        &self,
+        shard: &Shard,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<flume::Receiver<SyncOutcome>, SyncOutcome> {
+        let refuse = |error_code| SyncOutcome {
+            error_code,
+            ..SyncOutcome::default()
+        };
+        let partition = self.check_serving(shard, group_id).map_err(refuse)?;
+        let (waiter, answer) = flume::bounded(1);
+        let snapshot = {
+            let mut groups = self.groups.borrow_mut();
+            let Some(group) = groups.get_mut(group_id) else {
+                return Err(refuse(code(ResponseError::UnknownMemberId)));
+            };
+            let completed = group.sync(
+                member_id,
+                instance_id,
+                generation,
+                assignments,
+                waiter,
+                Instant::now(),
+            )?;
+            completed.then(|| snapshot(group))
+        };
+        if let Some((key, value)) = snapshot {
+            let written = Self::write(&partition, vec![(key, Some(value))]).await;
+            let mut groups = self.groups.borrow_mut();
+            if let Some(group) = groups.get_mut(group_id) {
+                group.complete_sync(
+                    written
+                        .err()
+                        .map(|_| ResponseError::CoordinatorNotAvailable),
+                );
+            }
+        }
+        Ok(answer)
+    }
+
+    pub fn heartbeat(
+        &self,
+        shard: &Shard,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> i16 {
+        if let Err(error_code) = self.check_serving(shard, group_id) {
+            return error_code;
+        }
+        let mut groups = self.groups.borrow_mut();
+        match groups.get_mut(group_id) {
+            Some(group) => group.heartbeat(member_id, instance_id, generation, Instant::now()),
+            None => code(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// LeaveGroup for several members; one error code per member, plus a group-level one.
+    pub async fn leave(
+        &self,
+        shard: &Shard,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> (i16, Vec<i16>) {
+        let partition = match self.check_serving(shard, group_id) {
+            Ok(partition) => partition,
+            Err(error_code) => return (error_code, vec![error_code; members.len()]),
+        };
+        let (codes, emptied) = {
+            let mut groups = self.groups.borrow_mut();
+            let Some(group) = groups.get_mut(group_id) else {
+                let unknown = code(ResponseError::UnknownMemberId);
+                return (NONE, vec![unknown; members.len()]);
+            };
+            let was_empty = group.is_empty();
+            let codes: Vec<i16> = members
+                .iter()
+                .map(|(id, instance)| {
+                    group.leave(id, instance.as_deref(), self.limits(), Instant::now())
+                })
+                .collect();
+            let emptied = (!was_empty && group.state == GroupState::Empty).then(|| snapshot(group));
+            (codes, emptied)
+        };
+        if let Some((key, value)) = emptied {
+            let _ = Self::write(&partition, vec![(key, Some(value))]).await;
+        }
+        (NONE, codes)
+    }
+
+    /// OffsetCommit: one error code per part, in order.
+    pub async fn commit(
+        &self,
+        shard: &Shard,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        parts: Vec<CommitPart>,
+    ) -> Vec<i16> {
+        let partition = match self.check_serving(shard, group_id) {
+            Ok(partition) => partition,
+            Err(error_code) => return vec![error_code; parts.len()],
+        };
+        if let Err(error_code) = self.check_commit(group_id, member_id, instance_id, generation) {
+            return vec![error_code; parts.len()];
+        }
+        let image = shard.image();
+        let now = now_ms();
+        let mut codes = Vec::with_capacity(parts.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for part in parts {
+            let exists = image
+                .topic(&part.topic)
+                .is_some_and(|t| (0..t.partition_count).contains(&part.partition));
+            let metadata = part.metadata.unwrap_or_default();
+            let error_code = if !exists {
+                code(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > self.config.offset_metadata_bytes_max {
+                code(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                let key = RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: part.topic.clone(),
+                    partition: part.partition,
+                };
+                let value = OffsetValue {
+                    offset: part.offset,
+                    leader_epoch: part.leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now,
+                };
+                records.push((key, Some(RecordValue::Offset(value.clone()))));
+                accepted.push((codes.len(), part.topic, part.partition, value));
+                NONE
+            };
+            codes.push(error_code);
+        }
+        match Self::write(&partition, records).await {
+            Ok(()) => {
+                let mut offsets = self.offsets.borrow_mut();
+                let committed = offsets.entry(group_id.to_string()).or_default();
+                for (_, topic, partition, value) in accepted {
+                    committed.insert((topic, partition), value);
+                }
+            }
+            Err(error_code) => {
+                for (index, ..) in accepted {
+                    codes[index] = error_code;
+                }
+            }
+        }
+        codes
+    }
+
+    /// Kafka's rules for who may commit: anyone to an empty or unknown group with
+    /// generation -1 (a consumer using assign()); otherwise only a current member of the
+    /// current generation, and not while the group is completing a rebalance.
+    fn check_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), i16> {
+        if group_id.is_empty() {
+            return Err(code(ResponseError::InvalidGroupId));
+        }
+        let groups = self.groups.borrow();
+        let Some(group) = groups.get(group_id) else {
+            return if generation < 0 {
+                Ok(())
+            } else {
+                Err(code(ResponseError::IllegalGeneration))
+            };
+        };
+        if generation < 0 && group.state == GroupState::Empty {
+            return Ok(());
+        }
+        group.check_member(member_id, instance_id).map_err(code)?;
+        if generation != group.generation {
+            return Err(code(ResponseError::IllegalGeneration));
+        }
+        if group.state == GroupState::CompletingRebalance {
+            return Err(code(ResponseError::RebalanceInProgress));
+        }
+        Ok(())
+    }
+
+    /// OffsetFetch: committed offsets of `wanted` (topic → partitions), or of every
+    /// partition the group has committed when `wanted` is None.
+    pub fn fetch_offsets(
+        &self,
+        shard: &Shard,
+        group_id: &str,
+        wanted: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<CommittedByTopic, i16> {
+        self.check_serving(shard, group_id)?;
+        let offsets = self.offsets.borrow();
+        let committed = offsets.get(group_id);
+        let lookup = |topic: &str, partition: i32| {
+            committed
+                .and_then(|c| c.get(&(topic.to_string(), partition)))
+                .cloned()
+        };
+        Ok(match wanted {
+            Some(wanted) => wanted
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    let found = partitions
+                        .iter()
+                        .map(|p| (*p, lookup(&topic, *p)))
+                        .collect();
+                    (topic, found)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<Committed>)>> = BTreeMap::new();
+                for ((topic, partition), value) in committed.into_iter().flatten() {
+                    by_topic
+                        .entry(topic.clone())
+                        .or_default()
+                        .push((*partition, Some(value.clone())));
+                }
+                by_topic.into_iter().collect()
+            }
+        })
+    }
+
+    /// Every group of this shard with its state and protocol type.
+    pub fn list(&self) -> Vec<(String, &'static str, String)> {
+        let groups = self.groups.borrow();
+        let mut listed: Vec<_> = groups
+            .values()
+            .map(|g| {
+                (
+                    g.id.clone(),
+                    g.state.name(),
+                    g.protocol_type.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        // Groups that only have committed offsets (assign()-based consumers) exist too.
+        for group_id in self.offsets.borrow().keys() {
+            if !groups.contains_key(group_id) {
+                listed.push((group_id.clone(), GroupState::Empty.name(), String::new()));
+            }
+        }
+        listed
+    }
+
+    pub fn describe(&self, shard: &Shard, group_id: &str) -> Result<GroupDescription, i16> {
+        self.check_serving(shard, group_id)?;
+        let groups = self.groups.borrow();
+        let Some(group) = groups.get(group_id) else {
+            let state = if self.offsets.borrow().contains_key(group_id) {
+                "Empty"
+            } else {
+                "Dead"
+            };
+            return Ok(GroupDescription {
+                state,
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            });
+        };
+        let protocol = group.protocol.clone().unwrap_or_default();
+        let members = group
+            .members
+            .values()
+            .map(|m| {
+                let metadata = m
+                    .protocols
+                    .iter()
+                    .find(|(name, _)| *name == protocol)
+                    .map(|(_, metadata)| metadata.clone())
+                    .unwrap_or_default();
+                (
+                    m.id.clone(),
+                    m.instance_id.clone(),
+                    m.client_id.clone(),
+                    m.client_host.clone(),
+                    metadata,
+                    m.assignment.clone(),
+                )
+            })
+            .collect();
+        Ok(GroupDescription {
+            state: group.state.name(),
+            protocol_type: group.protocol_type.clone().unwrap_or_default(),
+            protocol,
+            members,
+        })
+    }
+
+    /// DeleteGroups for one group: only an empty group, and its offsets go with it.
+    pub async fn delete(&self, shard: &Shard, group_id: &str) -> i16 {
+        let partition = match self.check_serving(shard, group_id) {
+            Ok(partition) => partition,
+            Err(error_code) => return error_code,
+        };
+        let tombstones = {
+            let groups = self.groups.borrow();
+            let has_offsets = self.offsets.borrow().contains_key(group_id);
+            match groups.get(group_id) {
+                None if !has_offsets => return code(ResponseError::GroupIdNotFound),
+                Some(group) if !group.is_empty() => return code(ResponseError::NonEmptyGroup),
+                _ => {}
+            }
+            let mut tombstones: Vec<(RecordKey, Option<RecordValue>)> = vec![(
+                RecordKey::Group {
+                    group: group_id.to_string(),
+                },
+                None,
+            )];
+            if let Some(committed) = self.offsets.borrow().get(group_id) {
+                tombstones.extend(committed.keys().map(|(topic, partition)| {
+                    let key = RecordKey::Offset {
+                        group: group_id.to_string(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                    };
+                    (key, None)
+                }));
+            }
+            tombstones
+        };
+        if let Err(error_code) = Self::write(&partition, tombstones).await {
+            return error_code;
+        }
+        self.groups.borrow_mut().remove(group_id);
+        self.offsets.borrow_mut().remove(group_id);
+        NONE
+    }
+
+    /// OffsetDelete: removes committed offsets of partitions no active member consumes.
+    pub async fn delete_offsets(
+        &self,
+        shard: &Shard,
+        group_id: &str,
+        parts: Vec<(String, i32)>,
+    ) -> Result<Vec<i16>, i16> {
+        let partition = self.check_serving(shard, group_id)?;
+        let mut codes = Vec::with_capacity(parts.len());
+        let mut tombstones = Vec::new();
+        {
+            let groups = self.groups.borrow();
+            let offsets = self.offsets.borrow();
+            let group = groups.get(group_id);
+            if group.is_none() && !offsets.contains_key(group_id) {
+                return Err(code(ResponseError::GroupIdNotFound));
+            }
+            for (topic, index) in &parts {
+                let subscribed = group.is_some_and(|g| subscribes_to(g, topic));
+                if subscribed {
+                    codes.push(code(ResponseError::GroupSubscribedToTopic));
+                    continue;
+                }
+                codes.push(NONE);
+                let key = RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition: *index,
+                };
+                tombstones.push((key, None));
+            }
+        }
+        Self::write(&partition, tombstones).await?;
+        let mut offsets = self.offsets.borrow_mut();
+        if let Some(committed) = offsets.get_mut(group_id) {
+            for ((topic, index), error_code) in parts.into_iter().zip(&codes) {
+                if *error_code == NONE {
+                    committed.remove(&(topic, index));
+                }
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Runs on every shard for its whole life: expires members, advances rebalances past
+    /// their deadlines, and drops offsets of empty groups older than the retention.
+    pub async fn sweep_forever(shard: Rc<Shard>) {
+        let mut last_retention_check = Instant::now();
+        loop {
+            glommio::timer::sleep(SWEEP_INTERVAL).await;
+            if shard.is_stopped() {
+                return;
+            }
+            let coordinator = &shard.groups;
+            let now = Instant::now();
+            let emptied: Vec<(String, RecordKey, RecordValue)> = {
+                let mut groups = coordinator.groups.borrow_mut();
+                groups
+                    .values_mut()
+                    .filter_map(|group| {
+                        group.expire(coordinator.limits(), now).then(|| {
+                            let (key, value) = snapshot(group);
+                            (group.id.clone(), key, value)
+                        })
+                    })
+                    .collect()
+            };
+            for (group_id, key, value) in emptied {
+                if let Ok(partition) = coordinator.check_serving(&shard, &group_id) {
+                    let _ = Self::write(&partition, vec![(key, Some(value))]).await;
+                }
+            }
+            if now.duration_since(last_retention_check) >= Duration::from_secs(1) {
+                last_retention_check = now;
+                coordinator.expire_offsets(&shard).await;
+            }
+        }
+    }
+
+    /// Offsets of empty groups expire `offsets.retention.minutes` after their commit.
+    async fn expire_offsets(&self, shard: &Shard) {
+        let horizon_ms = now_ms() - self.config.offsets_retention.as_millis() as i64;
+        let expired: Vec<(String, Vec<(String, i32)>)> = {
+            let groups = self.groups.borrow();
+            let offsets = self.offsets.borrow();
+            offsets
+                .iter()
+                .filter(|(group_id, _)| groups.get(*group_id).is_none_or(Group::is_empty))
+                .filter_map(|(group_id, committed)| {
+                    let old: Vec<(String, i32)> = committed
+                        .iter()
+                        .filter(|(_, value)| value.commit_timestamp_ms < horizon_ms)
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    (!old.is_empty()).then(|| (group_id.clone(), old))
+                })
+                .collect()
+        };
+        for (group_id, parts) in expired {
+            tracing::info!(group = %group_id, count = parts.len(), "expiring committed offsets");
+            let _ = self.delete_offsets(shard, &group_id, parts).await;
+        }
+    }
+}
+
+/// Whether any member of `group` subscribes to `topic` (consumer protocol subscriptions:
+/// version i16, then an array of topic names).
+fn subscribes_to(group: &Group, topic: &str) -> bool {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    group.members.values().any(|member| {
+        member.protocols.iter().any(|(_, metadata)| {
+            let mut bytes = metadata.clone();
+            if bytes.len() < 2 {
+                return false;
+            }
+            let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+            bytes = bytes.slice(2..);
+            ConsumerProtocolSubscription::decode(&mut bytes, version)
+                .is_ok_and(|s| s.topics.iter().any(|t| t.as_str() == topic))
+        })
+    })
+}
+
+/// The group metadata record for `group` as it stands.
+fn snapshot(group: &Group) -> (RecordKey, RecordValue) {
+    let protocol = group.protocol.clone().unwrap_or_default();
+    let members = group
+        .members
+        .values()
+        .map(|m| MemberValue {
+            member_id: m.id.clone(),
+            group_instance_id: m.instance_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+            session_timeout_ms: m.session_timeout.as_millis() as i32,
+            subscription: m
+                .protocols
+                .iter()
+                .find(|(name, _)| *name == protocol)
+                .map(|(_, metadata)| metadata.clone())
+                .unwrap_or_default(),
+            assignment: m.assignment.clone(),
+        })
+        .collect();
+    let value = GroupValue {
+        protocol_type: group.protocol_type.clone().unwrap_or_default(),
+        generation: group.generation,
+        protocol: group.protocol.clone(),
+        leader: group.leader.clone(),
+        state_timestamp_ms: now_ms(),
+        members,
+    };
+    (
+        RecordKey::Group {
+            group: group.id.clone(),
+        },
+        RecordValue::Group(value),
+    )
+}
+
+fn restore_group(group_id: &str, value: GroupValue, now: Instant) -> Group {
+    let protocol = value.protocol.clone();
+    let members = value
+        .members
+        .into_iter()
+        .enumerate()
+        .map(|(seq, m)| {
+            Group::restored_member(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                Duration::from_millis(m.session_timeout_ms.max(0) as u64),
+                Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64),
+                protocol.as_deref(),
+                m.subscription,
+                m.assignment,
+                seq as u64,
+                now,
+            )
+        })
+        .collect();
+    Group::restore(
+        group_id,
+        value.protocol_type,
+        value.generation,
+        protocol,
+        value.leader,
+        members,
+    )
+}

@@ -1,0 +1,64 @@
+//! Reaching a group's coordinator: the shard that owns the group's `__consumer_offsets`
+//! partition. Every group handler goes through [`on_coordinator`].
+
+use std::future::Future;
+use std::rc::Rc;
+
+use kafka_protocol::error::ResponseError;
+
+use crate::controller::{Controller, TopicSpec};
+use crate::errors::code;
+use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
+use crate::shard_state::Shard;
+
+/// Runs `job` on the coordinator shard of `group_id`; COORDINATOR_NOT_AVAILABLE when the
+/// offsets topic does not exist yet or the shard has stopped.
+pub async fn on_coordinator<F, Fut, R>(shard: &Rc<Shard>, group_id: &str, job: F) -> Result<R, i16>
+where
+    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+    Fut: Future<Output = R> + 'static,
+    R: Send + 'static,
+{
+    let unavailable = code(ResponseError::CoordinatorNotAvailable);
+    let Some((_, owner)) = GroupCoordinator::locate(shard, group_id) else {
+        return Err(unavailable);
+    };
+    shard
+        .router
+        .call(shard, owner, job)
+        .await
+        .map_err(|_| unavailable)
+}
+
+/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) on first use,
+/// as Kafka does when a client first looks for a group coordinator.
+pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
+    if shard.image().topic(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    let spec = TopicSpec {
+        name: OFFSETS_TOPIC.to_string(),
+        partition_count: shard.config.groups.offsets_partitions,
+        replication_factor: 1,
+        configs: [
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("segment.bytes".to_string(), (100u64 << 20).to_string()),
+        ]
+        .into(),
+    };
+    let created = shard
+        .router
+        .call(shard, 0, move |controller: Rc<Shard>| async move {
+            Controller::create_topic(&controller, spec, false).await
+        })
+        .await;
+    match created {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(refusal)) if refusal.error_code == code(ResponseError::TopicAlreadyExists) => Ok(()),
+        _ => Err(code(ResponseError::CoordinatorNotAvailable)),
+    }
+}
+
+pub fn string(value: &kafka_protocol::protocol::StrBytes) -> String {
+    value.as_str().to_string()
+}

@@ -1,0 +1,40 @@
+//! ListGroups: every shard's groups, optionally filtered by state (v4+).
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::shard_state::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: ListGroupsRequest, version: i16) -> ResponseKind {
+    let mut listed = Vec::new();
+    for target in 0..shard.router.shard_count() {
+        let job = |owner: Rc<Shard>| async move { owner.groups.list() };
+        if let Ok(mut groups) = shard.router.call(shard, target, job).await {
+            listed.append(&mut groups);
+        }
+    }
+    listed.sort();
+    let states: Vec<String> = request
+        .states_filter
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect();
+    let groups = listed
+        .into_iter()
+        .filter(|(_, state, _)| states.is_empty() || states.contains(&state.to_lowercase()))
+        .map(|(group_id, state, protocol_type)| {
+            let group = ListedGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(group_id)))
+                .with_protocol_type(StrBytes::from_string(protocol_type));
+            if version >= 4 {
+                group.with_group_state(StrBytes::from_static_str(state))
+            } else {
+                group
+            }
+        })
+        .collect();
+    ResponseKind::ListGroups(ListGroupsResponse::default().with_groups(groups))
+}
