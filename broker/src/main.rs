@@ -31,6 +31,15 @@ enum Command {
         #[arg(long)]
         cores: Option<usize>,
     },
+    /// Create, list, describe, delete topics and add partitions (like kafka-topics).
+    Topic(broker::cli::topic::TopicArgs),
+    /// Produce lines from stdin as records (like kafka-console-producer).
+    Produce(broker::cli::produce::ProduceArgs),
+    /// Print records of a topic (like kafka-console-consumer).
+    Consume(broker::cli::consume::ConsumeArgs),
+    /// List, describe, delete consumer groups and reset their offsets (like
+    /// kafka-consumer-groups).
+    Group(broker::cli::group::GroupArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +55,18 @@ fn main() -> ExitCode {
         Command::Serve { config, set, cores } => BrokerConfig::load(config.as_deref(), &set)
             .map_err(anyhow::Error::from)
             .and_then(|config| broker::server::run(config, cores)),
+        Command::Topic(args) => broker::cli::topic::run(args, &mut std::io::stdout().lock()),
+        Command::Produce(args) => broker::cli::produce::run(args, std::io::stdin()).map(drop),
+        Command::Consume(args) => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            broker::cli::consume::run(args, &mut out)
+                .map(|printed| eprintln!("Processed a total of {printed} messages"))
+        }
+        Command::Group(args) => broker::cli::group::run(
+            args,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

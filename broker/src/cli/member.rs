@@ -1,0 +1,488 @@
+//! A consumer-group member for `ringlog consume --group`: Kafka's classic protocol with the
+//! range assignor. Join (and, as leader, assign), sync, heartbeat, commit, leave.
+//!
+//! Invariants:
+//! - The member owns partitions only between a successful SyncGroup and the next
+//!   rebalance; [`Member::heartbeat`] reports a rebalance so the caller commits what it
+//!   consumed (eager protocol) before rejoining.
+//! - The range assignor is Java's: per topic, subscribers sorted by member id, each gets
+//!   `partitions / members` consecutive partitions and the first `partitions % members`
+//!   one more; members beyond the partition count get none.
+//! - Subscription and assignment bytes are Kafka's ConsumerProtocol (a version, then the
+//!   struct); higher versions from newer members decode as the highest this codec knows.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::consumer_protocol_assignment::{
+    ConsumerProtocolAssignment, TopicPartition as AssignedTopic,
+};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ConsumerProtocolSubscription, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
+
+use super::client::{topic_name, Cluster};
+use super::error::{check, code_of};
+use super::offsets::{self, Committer, TopicPartition};
+
+pub const PROTOCOL_TYPE: &str = "consumer";
+pub const ASSIGNOR: &str = "range";
+/// ConsumerProtocol version this member writes: v0 is understood by every consumer.
+const CONSUMER_PROTOCOL_VERSION: i16 = 0;
+
+/// Kafka error codes the member reacts to.
+mod codes {
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+}
+
+#[derive(Clone, Debug)]
+pub struct MemberConfig {
+    pub group: String,
+    pub topics: Vec<String>,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub heartbeat_interval: Duration,
+}
+
+impl MemberConfig {
+    pub fn new(group: &str, topics: Vec<String>) -> MemberConfig {
+        MemberConfig {
+            group: group.to_string(),
+            topics,
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            heartbeat_interval: Duration::from_secs(3),
+        }
+    }
+}
+
+/// A joined member and the partitions it was assigned.
+pub struct Member {
+    pub config: MemberConfig,
+    pub coordinator: i32,
+    pub member_id: String,
+    pub generation_id: i32,
+    pub assignment: BTreeMap<String, Vec<i32>>,
+    last_heartbeat: Instant,
+}
+
+/// Whether the member still owns its assignment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Heartbeat {
+    Fine,
+    Rebalance,
+}
+
+/// Attempts of one join (coordinator moves, loading, rebalances) before giving up.
+const JOIN_ATTEMPTS_MAX: u32 = 30;
+
+impl Member {
+    /// Finds the coordinator and joins the group until this member has an assignment.
+    pub fn join(cluster: &mut Cluster, config: MemberConfig) -> Result<Member> {
+        let coordinator = cluster.coordinator(&config.group)?;
+        let mut member = Member {
+            config,
+            coordinator,
+            member_id: String::new(),
+            generation_id: -1,
+            assignment: BTreeMap::new(),
+            last_heartbeat: Instant::now(),
+        };
+        member.rejoin(cluster)?;
+        Ok(member)
+    }
+
+    /// Joins again after a rebalance, a fenced generation or a coordinator move.
+    pub fn rejoin(&mut self, cluster: &mut Cluster) -> Result<()> {
+        self.assignment.clear();
+        for _ in 0..JOIN_ATTEMPTS_MAX {
+            match self.join_and_sync(cluster) {
+                Ok(()) => {
+                    self.last_heartbeat = Instant::now();
+                    return Ok(());
+                }
+                Err(error) => match code_of(&error) {
+                    Some(codes::UNKNOWN_MEMBER_ID) => self.member_id.clear(),
+                    Some(codes::ILLEGAL_GENERATION) | Some(codes::REBALANCE_IN_PROGRESS) => {}
+                    Some(codes::COORDINATOR_LOAD_IN_PROGRESS) => {
+                        std::thread::sleep(Duration::from_millis(200))
+                    }
+                    Some(codes::COORDINATOR_NOT_AVAILABLE) | Some(codes::NOT_COORDINATOR) => {
+                        std::thread::sleep(Duration::from_millis(200));
+                        self.coordinator = cluster.coordinator(&self.config.group)?;
+                    }
+                    _ => return Err(error),
+                },
+            }
+        }
+        bail!(
+            "could not join group {} after {JOIN_ATTEMPTS_MAX} attempts",
+            self.config.group
+        )
+    }
+
+    fn group_id(&self) -> GroupId {
+        GroupId(StrBytes::from_string(self.config.group.clone()))
+    }
+
+    fn join_and_sync(&mut self, cluster: &mut Cluster) -> Result<()> {
+        let subscription = encode_subscription(&self.config.topics)?;
+        let rebalance_timeout = Duration::from_millis(self.config.rebalance_timeout_ms as u64);
+        let connection = cluster.broker(self.coordinator)?;
+        let version = connection.version::<JoinGroupRequest>()?;
+        let mut request = JoinGroupRequest::default()
+            .with_group_id(self.group_id())
+            .with_session_timeout_ms(self.config.session_timeout_ms)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str(ASSIGNOR))
+                .with_metadata(subscription)]);
+        if version >= 1 {
+            request.rebalance_timeout_ms = self.config.rebalance_timeout_ms;
+        }
+        let timeout = rebalance_timeout + Duration::from_secs(5);
+        let mut joined = connection.call_with_timeout(version, &request, timeout)?;
+        if joined.error_code == codes::MEMBER_ID_REQUIRED {
+            // KIP-394: the coordinator names the member; join again under that id.
+            self.member_id = joined.member_id.to_string();
+            request.member_id = joined.member_id.clone();
+            joined = connection.call_with_timeout(version, &request, timeout)?;
+        }
+        let group = &self.config.group;
+        check(joined.error_code, None, || format!("join group {group}"))?;
+        self.member_id = joined.member_id.to_string();
+        self.generation_id = joined.generation_id;
+        let protocol = joined.protocol_name.as_ref().map(|p| p.to_string());
+        if protocol.as_deref().is_some_and(|p| p != ASSIGNOR) {
+            bail!("group {group} chose assignor {protocol:?}; this member only knows {ASSIGNOR}");
+        }
+
+        let assignments = if joined.leader == joined.member_id {
+            let mut subscriptions = BTreeMap::new();
+            for member in &joined.members {
+                let topics = decode_subscription(member.metadata.clone())
+                    .with_context(|| format!("subscription of member {}", member.member_id))?;
+                subscriptions.insert(member.member_id.to_string(), topics);
+            }
+            let mut partition_counts = BTreeMap::new();
+            for topic in subscriptions.values().flatten() {
+                if !partition_counts.contains_key(topic) {
+                    // A topic that does not exist (yet) simply has nothing to assign.
+                    let count = cluster
+                        .topic(topic)
+                        .map_or(0, |t| t.partitions.len() as i32);
+                    partition_counts.insert(topic.clone(), count);
+                }
+            }
+            let plan = range_assign(&subscriptions, &partition_counts);
+            plan.iter()
+                .map(|(member_id, assignment)| {
+                    Ok(SyncGroupRequestAssignment::default()
+                        .with_member_id(StrBytes::from_string(member_id.clone()))
+                        .with_assignment(encode_assignment(assignment)?))
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+
+        let connection = cluster.broker(self.coordinator)?;
+        let version = connection.version::<SyncGroupRequest>()?;
+        let mut request = SyncGroupRequest::default()
+            .with_group_id(self.group_id())
+            .with_generation_id(self.generation_id)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_assignments(assignments);
+        if version >= 5 {
+            request.protocol_type = Some(StrBytes::from_static_str(PROTOCOL_TYPE));
+            request.protocol_name = Some(StrBytes::from_static_str(ASSIGNOR));
+        }
+        let synced = connection.call_with_timeout(version, &request, timeout)?;
+        check(synced.error_code, None, || format!("sync group {group}"))?;
+        self.assignment = decode_assignment(synced.assignment)?;
+        Ok(())
+    }
+
+    pub fn heartbeat_due(&self) -> bool {
+        self.last_heartbeat.elapsed() >= self.config.heartbeat_interval
+    }
+
+    /// Tells the coordinator this member is alive; `Rebalance` when it must rejoin.
+    pub fn heartbeat(&mut self, cluster: &mut Cluster) -> Result<Heartbeat> {
+        let connection = cluster.broker(self.coordinator)?;
+        let version = connection.version::<HeartbeatRequest>()?;
+        let request = HeartbeatRequest::default()
+            .with_group_id(self.group_id())
+            .with_generation_id(self.generation_id)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()));
+        let response = connection.call_at(version, &request)?;
+        self.last_heartbeat = Instant::now();
+        match response.error_code {
+            0 => Ok(Heartbeat::Fine),
+            codes::REBALANCE_IN_PROGRESS | codes::ILLEGAL_GENERATION => Ok(Heartbeat::Rebalance),
+            codes::UNKNOWN_MEMBER_ID => {
+                self.member_id.clear();
+                Ok(Heartbeat::Rebalance)
+            }
+            codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR => {
+                self.coordinator = cluster.coordinator(&self.config.group)?;
+                Ok(Heartbeat::Rebalance)
+            }
+            code => check(code, None, || {
+                format!("heartbeat to group {}", self.config.group)
+            })
+            .map(|()| Heartbeat::Fine),
+        }
+    }
+
+    /// The group's committed offsets for this member's assignment.
+    pub fn committed(&mut self, cluster: &mut Cluster) -> Result<BTreeMap<TopicPartition, i64>> {
+        let topics: Vec<(String, Vec<i32>)> = self
+            .assignment
+            .iter()
+            .map(|(topic, partitions)| (topic.clone(), partitions.clone()))
+            .collect();
+        if topics.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let connection = cluster.broker(self.coordinator)?;
+        offsets::committed(connection, &self.config.group, Some(&topics))
+    }
+
+    /// Commits `positions` (the next offset to read per partition) for this generation.
+    pub fn commit(
+        &mut self,
+        cluster: &mut Cluster,
+        positions: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<()> {
+        let committer = Committer {
+            generation_id: self.generation_id,
+            member_id: &self.member_id,
+        };
+        let connection = cluster.broker(self.coordinator)?;
+        offsets::commit(connection, &self.config.group, &committer, positions)
+    }
+
+    /// Leaves the group so its partitions move to the others at once.
+    pub fn leave(&mut self, cluster: &mut Cluster) -> Result<()> {
+        if self.member_id.is_empty() {
+            return Ok(());
+        }
+        let connection = cluster.broker(self.coordinator)?;
+        let version = connection.version::<LeaveGroupRequest>()?;
+        let mut request = LeaveGroupRequest::default().with_group_id(self.group_id());
+        let member_id = StrBytes::from_string(self.member_id.clone());
+        if version >= 3 {
+            request.members = vec![MemberIdentity::default().with_member_id(member_id)];
+        } else {
+            request.member_id = member_id;
+        }
+        let response = connection.call_at(version, &request)?;
+        let group = &self.config.group;
+        check(response.error_code, None, || format!("leave group {group}"))?;
+        for member in &response.members {
+            check(member.error_code, None, || format!("leave group {group}"))?;
+        }
+        self.member_id.clear();
+        Ok(())
+    }
+}
+
+/// Java's RangeAssignor: member id → topic → partitions. Every member gets an entry.
+pub fn range_assign(
+    subscriptions: &BTreeMap<String, Vec<String>>,
+    partition_counts: &BTreeMap<String, i32>,
+) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
+    let mut plan: BTreeMap<String, BTreeMap<String, Vec<i32>>> = subscriptions
+        .keys()
+        .map(|member| (member.clone(), BTreeMap::new()))
+        .collect();
+    for (topic, count) in partition_counts {
+        // BTreeMap keys are sorted, so subscribers come in member-id order.
+        let subscribers: Vec<&String> = subscriptions
+            .iter()
+            .filter(|(_, topics)| topics.contains(topic))
+            .map(|(member, _)| member)
+            .collect();
+        if subscribers.is_empty() || *count <= 0 {
+            continue;
+        }
+        let members = subscribers.len() as i32;
+        let (per_member, extra) = (count / members, count % members);
+        for (i, member) in subscribers.into_iter().enumerate() {
+            let i = i as i32;
+            let start = per_member * i + i.min(extra);
+            let length = per_member + i32::from(i < extra);
+            if length > 0 {
+                // Every subscriber got an entry when the plan was created.
+                let assigned = plan.get_mut(member).expect("member in plan");
+                assigned.insert(topic.clone(), (start..start + length).collect());
+            }
+        }
+    }
+    plan
+}
+
+pub fn encode_subscription(topics: &[String]) -> Result<Bytes> {
+    let subscription = ConsumerProtocolSubscription::default().with_topics(
+        topics
+            .iter()
+            .map(|t| StrBytes::from_string(t.clone()))
+            .collect(),
+    );
+    let mut out = BytesMut::new();
+    out.put_i16(CONSUMER_PROTOCOL_VERSION);
+    subscription.encode(&mut out, CONSUMER_PROTOCOL_VERSION)?;
+    Ok(out.freeze())
+}
+
+pub fn decode_subscription(mut bytes: Bytes) -> Result<Vec<String>> {
+    let version = consumer_protocol_version::<ConsumerProtocolSubscription>(&mut bytes)?;
+    let subscription = ConsumerProtocolSubscription::decode(&mut bytes, version)?;
+    Ok(subscription.topics.iter().map(|t| t.to_string()).collect())
+}
+
+pub fn encode_assignment(assignment: &BTreeMap<String, Vec<i32>>) -> Result<Bytes> {
+    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
+        assignment
+            .iter()
+            .map(|(topic, partitions)| {
+                AssignedTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(partitions.clone())
+            })
+            .collect(),
+    );
+    let mut out = BytesMut::new();
+    out.put_i16(CONSUMER_PROTOCOL_VERSION);
+    assignment.encode(&mut out, CONSUMER_PROTOCOL_VERSION)?;
+    Ok(out.freeze())
+}
+
+/// Topic → partitions; empty bytes (a member left without partitions) mean none.
+pub fn decode_assignment(mut bytes: Bytes) -> Result<BTreeMap<String, Vec<i32>>> {
+    if bytes.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let version = consumer_protocol_version::<ConsumerProtocolAssignment>(&mut bytes)?;
+    let assignment = ConsumerProtocolAssignment::decode(&mut bytes, version)?;
+    let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for topic in assignment.assigned_partitions {
+        let partitions = topics.entry(topic.topic.0.to_string()).or_default();
+        partitions.extend(topic.partitions);
+        partitions.sort_unstable();
+        partitions.dedup();
+    }
+    Ok(topics)
+}
+
+fn consumer_protocol_version<M: Message>(bytes: &mut Bytes) -> Result<i16> {
+    if bytes.remaining() < 2 {
+        return Err(anyhow!("consumer protocol bytes end before their version"));
+    }
+    let version = bytes.get_i16();
+    if version < M::VERSIONS.min {
+        bail!("consumer protocol version {version} is unknown");
+    }
+    Ok(version.min(M::VERSIONS.max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscriptions(members: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        members
+            .iter()
+            .map(|(m, topics)| {
+                (
+                    m.to_string(),
+                    topics.iter().map(|t| t.to_string()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn counts(topics: &[(&str, i32)]) -> BTreeMap<String, i32> {
+        topics.iter().map(|(t, n)| (t.to_string(), *n)).collect()
+    }
+
+    #[test]
+    fn range_splits_consecutive_partitions_in_member_order() {
+        let plan = range_assign(
+            &subscriptions(&[("b", &["t"]), ("a", &["t"])]),
+            &counts(&[("t", 5)]),
+        );
+        assert_eq!(plan["a"]["t"], [0, 1, 2]);
+        assert_eq!(plan["b"]["t"], [3, 4]);
+    }
+
+    #[test]
+    fn range_leaves_extra_members_idle() {
+        let members: Vec<(String, Vec<String>)> = (0..5)
+            .map(|i| (format!("m{i}"), vec!["t".to_string()]))
+            .collect();
+        let plan = range_assign(&members.into_iter().collect(), &counts(&[("t", 2)]));
+        assert_eq!(plan.len(), 5);
+        let busy: Vec<&String> = plan
+            .iter()
+            .filter(|(_, a)| !a.is_empty())
+            .map(|(m, _)| m)
+            .collect();
+        assert_eq!(busy, ["m0", "m1"]);
+        assert_eq!(plan["m0"]["t"], [0]);
+        assert_eq!(plan["m1"]["t"], [1]);
+    }
+
+    #[test]
+    fn range_assigns_each_topic_to_its_subscribers_only() {
+        let plan = range_assign(
+            &subscriptions(&[("a", &["x", "y"]), ("b", &["y"])]),
+            &counts(&[("x", 2), ("y", 2), ("z", 3)]),
+        );
+        assert_eq!(plan["a"]["x"], [0, 1]);
+        assert_eq!(plan["a"]["y"], [0]);
+        assert_eq!(plan["b"]["y"], [1]);
+        assert!(!plan["b"].contains_key("x"));
+    }
+
+    #[test]
+    fn consumer_protocol_round_trips() {
+        let topics = vec!["orders".to_string(), "payments".to_string()];
+        let bytes = encode_subscription(&topics).unwrap();
+        assert_eq!(&bytes[..2], &[0, 0], "version prefix");
+        assert_eq!(decode_subscription(bytes).unwrap(), topics);
+
+        let mut assignment = BTreeMap::new();
+        assignment.insert("orders".to_string(), vec![0, 2]);
+        let bytes = encode_assignment(&assignment).unwrap();
+        assert_eq!(decode_assignment(bytes).unwrap(), assignment);
+        assert!(decode_assignment(Bytes::new()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn newer_consumer_protocol_versions_decode() {
+        // A v1 subscription (as Java 2.4+ sends): topics, user data, owned partitions.
+        let subscription = ConsumerProtocolSubscription::default()
+            .with_topics(vec![StrBytes::from_static_str("orders")]);
+        let mut bytes = BytesMut::new();
+        bytes.put_i16(1);
+        subscription.encode(&mut bytes, 1).unwrap();
+        assert_eq!(decode_subscription(bytes.freeze()).unwrap(), ["orders"]);
+        assert!(decode_subscription(Bytes::from_static(&[0])).is_err());
+    }
+}

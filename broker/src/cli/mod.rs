@@ -1,0 +1,31 @@
+//! The command-line tools: `ringlog topic`, `produce`, `consume` and `group`, Kafka's
+//! kafka-topics, kafka-console-producer, kafka-console-consumer and kafka-consumer-groups
+//! in one binary. They speak only the Kafka protocol ([`client`]), so they work against any
+//! Kafka-compatible broker, Apache Kafka included.
+//!
+//! Invariants:
+//! - Each command writes its results to the given output and returns an error instead of
+//!   printing one; `main` prints the error (Kafka's error name and message) and exits
+//!   non-zero.
+//! - No command keeps state between runs; positions live in the broker (committed offsets).
+
+pub mod client;
+pub mod consume;
+pub mod error;
+pub mod format;
+pub mod group;
+pub mod member;
+pub mod offsets;
+pub mod partitioner;
+pub mod produce;
+pub mod reset_offsets;
+pub mod table;
+pub mod topic;
+
+/// Where the tools connect, as Kafka's tools take it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Connect {
+    /// host:port of one or more brokers, comma-separated.
+    #[arg(long, global = true, default_value = "127.0.0.1:9092")]
+    pub bootstrap_server: String,
+}
