@@ -246,3 +246,267 @@ fn every_announced_version_answers() {
         );
     }
 }
+
+/// Picks the `step`-th version of `range`, staying at the newest once past it, so one loop
+/// over the longest range visits every version of every API.
+fn nth(range: &std::ops::RangeInclusive<i16>, step: i16) -> i16 {
+    (*range.start() + step).min(*range.end())
+}
+
+#[test]
+fn every_group_api_version_answers() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+
+    let node = Node::start(&["group.initial.rebalance.delay.ms=0"]);
+    let mut client = node.connect();
+    let ResponseKind::ApiVersions(versions) =
+        client.call(3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
+    else {
+        unreachable!()
+    };
+    let range = |key: ApiKey| {
+        let api = versions.api_keys.iter().find(|a| a.api_key == key as i16);
+        let api = api.unwrap_or_else(|| panic!("{key:?} is announced"));
+        api.min_version..=api.max_version
+    };
+    let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name("consumed"))
+        .with_num_partitions(1)
+        .with_replication_factor(1)]);
+    client.call(7, RequestKind::CreateTopics(request));
+    let keys = [
+        ApiKey::FindCoordinator,
+        ApiKey::JoinGroup,
+        ApiKey::SyncGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroups,
+        ApiKey::DeleteGroups,
+        ApiKey::OffsetDelete,
+    ];
+    let steps = keys
+        .iter()
+        .map(|k| range(*k).end() - range(*k).start())
+        .max()
+        .unwrap_or(0);
+    for step in 0..=steps {
+        let group = format!("group-step-{step}");
+        let group_id = GroupId(StrBytes::from_string(group.clone()));
+
+        let version = nth(&range(ApiKey::FindCoordinator), step);
+        let request = if version >= 4 {
+            FindCoordinatorRequest::default()
+                .with_coordinator_keys(vec![StrBytes::from_string(group.clone())])
+        } else {
+            FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.clone()))
+        };
+        let ResponseKind::FindCoordinator(answer) =
+            client.call(version, RequestKind::FindCoordinator(request))
+        else {
+            unreachable!()
+        };
+        let error = if version >= 4 {
+            answer.coordinators[0].error_code
+        } else {
+            answer.error_code
+        };
+        assert_eq!(error, 0, "FindCoordinator v{version}");
+
+        let version = nth(&range(ApiKey::JoinGroup), step);
+        let join = |member: &str| {
+            let request = JoinGroupRequest::default()
+                .with_group_id(group_id.clone())
+                .with_session_timeout_ms(10_000)
+                .with_member_id(StrBytes::from_string(member.to_string()))
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(Bytes::from_static(b"subscription"))]);
+            if version >= 1 {
+                request.with_rebalance_timeout_ms(10_000)
+            } else {
+                request
+            }
+        };
+        let ResponseKind::JoinGroup(mut joined) =
+            client.call(version, RequestKind::JoinGroup(join("")))
+        else {
+            unreachable!()
+        };
+        if version >= 4 {
+            assert_eq!(
+                joined.error_code, 79,
+                "JoinGroup v{version}: MEMBER_ID_REQUIRED"
+            );
+            let member = joined.member_id.to_string();
+            let ResponseKind::JoinGroup(again) =
+                client.call(version, RequestKind::JoinGroup(join(&member)))
+            else {
+                unreachable!()
+            };
+            joined = again;
+        }
+        assert_eq!(joined.error_code, 0, "JoinGroup v{version}");
+        let member = joined.member_id.clone();
+        let generation = joined.generation_id;
+
+        let version = nth(&range(ApiKey::SyncGroup), step);
+        let request = SyncGroupRequest::default()
+            .with_group_id(group_id.clone())
+            .with_generation_id(generation)
+            .with_member_id(member.clone())
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(member.clone())
+                .with_assignment(Bytes::from_static(b"assignment"))]);
+        let request = if version >= 5 {
+            request
+                .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+                .with_protocol_name(Some(StrBytes::from_static_str("range")))
+        } else {
+            request
+        };
+        let ResponseKind::SyncGroup(synced) = client.call(version, RequestKind::SyncGroup(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(synced.error_code, 0, "SyncGroup v{version}");
+        assert_eq!(synced.assignment, Bytes::from_static(b"assignment"));
+
+        let version = nth(&range(ApiKey::Heartbeat), step);
+        let request = HeartbeatRequest::default()
+            .with_group_id(group_id.clone())
+            .with_generation_id(generation)
+            .with_member_id(member.clone());
+        let ResponseKind::Heartbeat(beat) = client.call(version, RequestKind::Heartbeat(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(beat.error_code, 0, "Heartbeat v{version}");
+
+        let version = nth(&range(ApiKey::OffsetCommit), step);
+        let request = OffsetCommitRequest::default()
+            .with_group_id(group_id.clone())
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(member.clone())
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(name("consumed"))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(step as i64 + 10)])]);
+        let ResponseKind::OffsetCommit(committed) =
+            client.call(version, RequestKind::OffsetCommit(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            committed.topics[0].partitions[0].error_code, 0,
+            "OffsetCommit v{version}"
+        );
+
+        let version = nth(&range(ApiKey::OffsetFetch), step);
+        let request = if version >= 8 {
+            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(group_id.clone())
+                .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                    .with_name(name("consumed"))
+                    .with_partition_indexes(vec![0])]))])
+        } else {
+            OffsetFetchRequest::default()
+                .with_group_id(group_id.clone())
+                .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                    .with_name(name("consumed"))
+                    .with_partition_indexes(vec![0])]))
+        };
+        let ResponseKind::OffsetFetch(fetched) =
+            client.call(version, RequestKind::OffsetFetch(request))
+        else {
+            unreachable!()
+        };
+        let offset = if version >= 8 {
+            fetched.groups[0].topics[0].partitions[0].committed_offset
+        } else {
+            fetched.topics[0].partitions[0].committed_offset
+        };
+        assert_eq!(offset, step as i64 + 10, "OffsetFetch v{version}");
+
+        let version = nth(&range(ApiKey::ListGroups), step);
+        let ResponseKind::ListGroups(listed) = client.call(
+            version,
+            RequestKind::ListGroups(ListGroupsRequest::default()),
+        ) else {
+            unreachable!()
+        };
+        assert!(
+            listed.groups.iter().any(|g| g.group_id == group_id),
+            "ListGroups v{version}"
+        );
+
+        let version = nth(&range(ApiKey::DescribeGroups), step);
+        let request = DescribeGroupsRequest::default().with_groups(vec![group_id.clone()]);
+        let ResponseKind::DescribeGroups(described) =
+            client.call(version, RequestKind::DescribeGroups(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            described.groups[0].group_state.as_str(),
+            "Stable",
+            "DescribeGroups v{version}"
+        );
+        assert_eq!(described.groups[0].members.len(), 1);
+
+        let version = nth(&range(ApiKey::LeaveGroup), step);
+        let request = if version >= 3 {
+            LeaveGroupRequest::default()
+                .with_group_id(group_id.clone())
+                .with_members(vec![
+                    MemberIdentity::default().with_member_id(member.clone())
+                ])
+        } else {
+            LeaveGroupRequest::default()
+                .with_group_id(group_id.clone())
+                .with_member_id(member)
+        };
+        let ResponseKind::LeaveGroup(left) = client.call(version, RequestKind::LeaveGroup(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(left.error_code, 0, "LeaveGroup v{version}");
+
+        let version = nth(&range(ApiKey::OffsetDelete), step);
+        let request = OffsetDeleteRequest::default().with_group_id(group_id.clone()).with_topics(
+            vec![kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(name("consumed"))
+                .with_partitions(vec![
+                    kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestPartition::default()
+                        .with_partition_index(0),
+                ])],
+        );
+        let ResponseKind::OffsetDelete(deleted) =
+            client.call(version, RequestKind::OffsetDelete(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(deleted.error_code, 0, "OffsetDelete v{version}");
+
+        let version = nth(&range(ApiKey::DeleteGroups), step);
+        let request = DeleteGroupsRequest::default().with_groups_names(vec![group_id.clone()]);
+        let ResponseKind::DeleteGroups(removed) =
+            client.call(version, RequestKind::DeleteGroups(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(removed.results[0].error_code, 0, "DeleteGroups v{version}");
+    }
+}

@@ -41,6 +41,10 @@ impl Node {
             .arg("2")
             .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
             .args(["--set", &format!("listeners={listener}")])
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for setting in settings {
@@ -72,11 +76,29 @@ impl Node {
         Client::connect(self.port)
     }
 
-    /// SIGKILL, as a crash.
-    pub fn kill(mut self) -> PathBuf {
+    /// SIGKILL, as a crash. The data directory stays for [`Stopped::restart`].
+    pub fn kill(mut self) -> Stopped {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.dir.clone()
+        Stopped {
+            dir: self.dir.clone(),
+            tmp: self._tmp.take(),
+        }
+    }
+}
+
+/// A node that was killed; its data directory lives as long as this value.
+pub struct Stopped {
+    pub dir: PathBuf,
+    tmp: Option<tempfile::TempDir>,
+}
+
+impl Stopped {
+    /// Starts a node again on the same data directory.
+    pub fn restart(self, settings: &[&str]) -> Node {
+        let mut node = Node::start_in(&self.dir, settings);
+        node._tmp = self.tmp;
+        node
     }
 }
 
@@ -191,6 +213,17 @@ fn api_key_of(request: &RequestKind) -> ApiKey {
         RequestKind::DescribeConfigs(_) => ApiKey::DescribeConfigs,
         RequestKind::CreatePartitions(_) => ApiKey::CreatePartitions,
         RequestKind::DescribeCluster(_) => ApiKey::DescribeCluster,
+        RequestKind::FindCoordinator(_) => ApiKey::FindCoordinator,
+        RequestKind::JoinGroup(_) => ApiKey::JoinGroup,
+        RequestKind::SyncGroup(_) => ApiKey::SyncGroup,
+        RequestKind::Heartbeat(_) => ApiKey::Heartbeat,
+        RequestKind::LeaveGroup(_) => ApiKey::LeaveGroup,
+        RequestKind::OffsetCommit(_) => ApiKey::OffsetCommit,
+        RequestKind::OffsetFetch(_) => ApiKey::OffsetFetch,
+        RequestKind::ListGroups(_) => ApiKey::ListGroups,
+        RequestKind::DescribeGroups(_) => ApiKey::DescribeGroups,
+        RequestKind::DeleteGroups(_) => ApiKey::DeleteGroups,
+        RequestKind::OffsetDelete(_) => ApiKey::OffsetDelete,
         other => panic!("the harness does not send {other:?}"),
     }
 }
