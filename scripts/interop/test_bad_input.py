@@ -48,7 +48,7 @@ class Node:
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["1core", "2cores"])
-def node(request, tmp_path_factory):
+def shared_node(request, tmp_path_factory):
     broker = Broker(tmp_path_factory.mktemp("bad-input"), io_mode="direct", cores=request.param,
                     settings={"auto.create.topics.enable": "false",
                               "socket.request.max.bytes": str(REQUEST_MAX_BYTES),
@@ -69,6 +69,15 @@ def node(request, tmp_path_factory):
     yield Node(broker, seed_topic, {p: [r.as_tuple() for r in rs] for p, rs in seed.items()},
                probe_topic)
     finish(broker)
+
+
+@pytest.fixture
+def node(shared_node):
+    """The module's node; if an earlier test killed it, it is restarted on the
+    same data dir so each test reports on its own input, not on the last one's."""
+    if not shared_node.broker.alive():
+        shared_node.broker.start()
+    return shared_node
 
 
 def rss_bytes(pid):

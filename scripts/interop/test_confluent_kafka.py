@@ -230,7 +230,8 @@ def test_describe_configs_for_topic_and_broker(broker):
 
 
 def test_describe_cluster_names_this_node(broker):
-    desc = admin(broker.bootstrap).describe_cluster(request_timeout=10).result(30)
+    a = admin(broker.bootstrap)  # keep the client alive until its future resolves
+    desc = a.describe_cluster(request_timeout=10).result(30)
     assert desc.cluster_id, "cluster id must be set"
     assert [(n.host, n.port) for n in desc.nodes] == [("127.0.0.1", broker.port)]
     assert desc.controller is not None and desc.controller.id == desc.nodes[0].id

@@ -34,7 +34,8 @@ def test_signal_shuts_down_cleanly_and_restart_keeps_everything(broker_factory, 
 
     assert topic_partitions(broker.bootstrap, topic) == 3, "topic lost across restart"
     res = ConfigResource(ResourceType.TOPIC, topic)
-    entries = admin(broker.bootstrap).describe_configs([res])[res].result(30)
+    a = admin(broker.bootstrap)  # keep the client alive until its future resolves
+    entries = a.describe_configs([res])[res].result(30)
     assert entries["retention.ms"].value == "7200000", "topic config lost across restart"
     got = consume_all(broker.bootstrap, topic, 3)
     assert sorted((r.partition, r.offset, r.value) for rs in got.values() for r in rs) == sorted(
