@@ -485,4 +485,331 @@ mod tests {
         assert_eq!(decode_subscription(bytes.freeze()).unwrap(), ["orders"]);
         assert!(decode_subscription(Bytes::from_static(&[0])).is_err());
     }
+
+    mod scripted {
+        //! The member against a scripted coordinator, at the newest and the oldest versions
+        //! this client speaks, so every version branch of the group requests is exercised.
+
+        use std::sync::{Arc, Mutex};
+
+        use kafka_protocol::messages::find_coordinator_response::Coordinator;
+        use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+        use kafka_protocol::messages::leave_group_response::MemberResponse;
+        use kafka_protocol::messages::metadata_response::{
+            MetadataResponsePartition, MetadataResponseTopic,
+        };
+        use kafka_protocol::messages::offset_commit_response::{
+            OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+        };
+        use kafka_protocol::messages::offset_fetch_response::{
+            OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+            OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+        };
+        use kafka_protocol::messages::*;
+        use kafka_protocol::protocol::StrBytes;
+
+        use super::super::*;
+        use crate::cli::fake_broker::{api_versions, broker_entry, FakeBroker};
+
+        /// One OffsetCommit: generation, member id, (topic, partition, offset)s.
+        type Commit = (i32, String, Vec<(String, i32, i64)>);
+
+        /// What the coordinator was asked, for the test to check.
+        #[derive(Default)]
+        struct Seen {
+            joins: Vec<(String, i32, Vec<String>)>,
+            assignments: BTreeMap<String, BTreeMap<String, Vec<i32>>>,
+            commits: Vec<Commit>,
+            left: Vec<String>,
+        }
+
+        fn s(text: &str) -> StrBytes {
+            StrBytes::from_string(text.to_string())
+        }
+
+        fn answer(
+            seen: &Mutex<Seen>,
+            request: RequestKind,
+            version: i16,
+            port: u16,
+            ranges: &[(ApiKey, i16, i16)],
+        ) -> ResponseKind {
+            let mut seen = seen.lock().unwrap(); // a poisoned lock means a failed test already
+            match request {
+                RequestKind::ApiVersions(_) => api_versions(ranges),
+                RequestKind::Metadata(request) => {
+                    let topics = request.topics.unwrap_or_default().into_iter().map(|t| {
+                        MetadataResponseTopic::default()
+                            .with_name(t.name)
+                            .with_partitions(
+                                (0..3)
+                                    .map(|p| {
+                                        MetadataResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_leader_id(BrokerId(1))
+                                            .with_replica_nodes(vec![BrokerId(1)])
+                                            .with_isr_nodes(vec![BrokerId(1)])
+                                    })
+                                    .collect(),
+                            )
+                    });
+                    ResponseKind::Metadata(
+                        MetadataResponse::default()
+                            .with_brokers(vec![broker_entry(port)])
+                            .with_topics(topics.collect()),
+                    )
+                }
+                RequestKind::FindCoordinator(request) => {
+                    let mut response = FindCoordinatorResponse::default();
+                    if version >= 4 {
+                        response.coordinators = vec![Coordinator::default()
+                            .with_key(request.coordinator_keys[0].clone())
+                            .with_node_id(BrokerId(1))
+                            .with_host(s("127.0.0.1"))
+                            .with_port(port as i32)];
+                    } else {
+                        response.node_id = BrokerId(1);
+                        response.host = s("127.0.0.1");
+                        response.port = port as i32;
+                    }
+                    ResponseKind::FindCoordinator(response)
+                }
+                RequestKind::JoinGroup(request) => {
+                    let topics =
+                        decode_subscription(request.protocols[0].metadata.clone()).unwrap();
+                    seen.joins.push((
+                        request.member_id.to_string(),
+                        request.rebalance_timeout_ms,
+                        topics,
+                    ));
+                    let mut response = JoinGroupResponse::default().with_member_id(s("m-1"));
+                    if version >= 4 && request.member_id.is_empty() {
+                        return ResponseKind::JoinGroup(response.with_error_code(79));
+                    }
+                    response.generation_id = 1;
+                    response.protocol_name = Some(s(&request.protocols[0].name));
+                    if version >= 7 {
+                        response.protocol_type = Some(s(PROTOCOL_TYPE));
+                    }
+                    response.leader = s("m-1");
+                    response.members = vec![
+                        JoinGroupResponseMember::default()
+                            .with_member_id(s("m-1"))
+                            .with_metadata(request.protocols[0].metadata.clone()),
+                        JoinGroupResponseMember::default()
+                            .with_member_id(s("m-2"))
+                            .with_metadata(encode_subscription(&["orders".to_string()]).unwrap()),
+                    ];
+                    ResponseKind::JoinGroup(response)
+                }
+                RequestKind::SyncGroup(request) => {
+                    let mut mine = Bytes::new();
+                    for assignment in request.assignments {
+                        if assignment.member_id.as_str() == request.member_id.as_str() {
+                            mine = assignment.assignment.clone();
+                        }
+                        let decoded = decode_assignment(assignment.assignment).unwrap();
+                        seen.assignments
+                            .insert(assignment.member_id.to_string(), decoded);
+                    }
+                    ResponseKind::SyncGroup(SyncGroupResponse::default().with_assignment(mine))
+                }
+                RequestKind::Heartbeat(_) => {
+                    ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(27))
+                }
+                RequestKind::OffsetFetch(request) => {
+                    let offset = |p: i32| if p == 0 { 5 } else { -1 };
+                    if version >= 8 {
+                        let topics = request.groups[0].topics.clone().unwrap_or_default();
+                        let topics = topics.into_iter().map(|t| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(t.name)
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|p| {
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(*p)
+                                                .with_committed_offset(offset(*p))
+                                        })
+                                        .collect(),
+                                )
+                        });
+                        ResponseKind::OffsetFetch(OffsetFetchResponse::default().with_groups(vec![
+                            OffsetFetchResponseGroup::default()
+                                .with_group_id(request.groups[0].group_id.clone())
+                                .with_topics(topics.collect()),
+                        ]))
+                    } else {
+                        let topics = request.topics.unwrap_or_default().into_iter().map(|t| {
+                            OffsetFetchResponseTopic::default()
+                                .with_name(t.name)
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|p| {
+                                            OffsetFetchResponsePartition::default()
+                                                .with_partition_index(*p)
+                                                .with_committed_offset(offset(*p))
+                                        })
+                                        .collect(),
+                                )
+                        });
+                        ResponseKind::OffsetFetch(
+                            OffsetFetchResponse::default().with_topics(topics.collect()),
+                        )
+                    }
+                }
+                RequestKind::OffsetCommit(request) => {
+                    let mut offsets = Vec::new();
+                    let mut topics = Vec::new();
+                    for topic in request.topics {
+                        let mut partitions = Vec::new();
+                        for p in topic.partitions {
+                            offsets.push((
+                                topic.name.0.to_string(),
+                                p.partition_index,
+                                p.committed_offset,
+                            ));
+                            partitions.push(
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index),
+                            );
+                        }
+                        topics.push(
+                            OffsetCommitResponseTopic::default()
+                                .with_name(topic.name)
+                                .with_partitions(partitions),
+                        );
+                    }
+                    seen.commits.push((
+                        request.generation_id_or_member_epoch,
+                        request.member_id.to_string(),
+                        offsets,
+                    ));
+                    ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(topics))
+                }
+                RequestKind::LeaveGroup(request) => {
+                    let mut response = LeaveGroupResponse::default();
+                    if version >= 3 {
+                        for member in request.members {
+                            seen.left.push(member.member_id.to_string());
+                            response
+                                .members
+                                .push(MemberResponse::default().with_member_id(member.member_id));
+                        }
+                    } else {
+                        seen.left.push(request.member_id.to_string());
+                    }
+                    ResponseKind::LeaveGroup(response)
+                }
+                other => panic!("the scripted coordinator does not answer {other:?}"),
+            }
+        }
+
+        fn scenario(ranges: &'static [(ApiKey, i16, i16)]) -> (FakeBroker, Arc<Mutex<Seen>>) {
+            let seen = Arc::new(Mutex::new(Seen::default()));
+            let seen_by_fake = seen.clone();
+            let fake = FakeBroker::start(Box::new(move |request, version, port| {
+                answer(&seen_by_fake, request, version, port, ranges)
+            }));
+            let mut cluster = Cluster::connect(&fake.address()).unwrap();
+            let config = MemberConfig::new("g1", vec!["orders".to_string()]);
+            let mut member = Member::join(&mut cluster, config).unwrap();
+            assert_eq!(member.member_id, "m-1");
+            assert_eq!(member.generation_id, 1);
+            let mine: BTreeMap<String, Vec<i32>> = [("orders".to_string(), vec![0, 1])].into();
+            assert_eq!(member.assignment, mine);
+
+            let committed = member.committed(&mut cluster).unwrap();
+            assert_eq!(committed, [(("orders".to_string(), 0), 5)].into());
+            let positions = [
+                (("orders".to_string(), 0), 7),
+                (("orders".to_string(), 1), 3),
+            ]
+            .into();
+            member.commit(&mut cluster, &positions).unwrap();
+            assert_eq!(
+                member.heartbeat(&mut cluster).unwrap(),
+                Heartbeat::Rebalance
+            );
+            member.leave(&mut cluster).unwrap();
+            assert!(member.member_id.is_empty());
+
+            {
+                let seen = seen.lock().unwrap();
+                assert_eq!(seen.assignments["m-1"], mine);
+                assert_eq!(
+                    seen.assignments["m-2"],
+                    [("orders".to_string(), vec![2])].into()
+                );
+                assert_eq!(
+                    seen.commits,
+                    [(
+                        1,
+                        "m-1".to_string(),
+                        vec![("orders".to_string(), 0, 7), ("orders".to_string(), 1, 3)]
+                    )]
+                );
+                assert_eq!(seen.left, ["m-1"]);
+                for (_, _, topics) in &seen.joins {
+                    assert_eq!(topics, &["orders"]);
+                }
+            }
+            (fake, seen)
+        }
+
+        #[test]
+        fn newest_versions() {
+            const RANGES: &[(ApiKey, i16, i16)] = &[
+                (ApiKey::ApiVersions, 0, 4),
+                (ApiKey::Metadata, 0, 13),
+                (ApiKey::FindCoordinator, 0, 6),
+                (ApiKey::JoinGroup, 0, 9),
+                (ApiKey::SyncGroup, 0, 5),
+                (ApiKey::Heartbeat, 0, 4),
+                (ApiKey::LeaveGroup, 0, 5),
+                (ApiKey::OffsetCommit, 0, 9),
+                (ApiKey::OffsetFetch, 0, 9),
+            ];
+            let (fake, seen) = scenario(RANGES);
+            assert_eq!(
+                fake.seen(ApiKey::JoinGroup),
+                [9, 9],
+                "MEMBER_ID_REQUIRED, then again"
+            );
+            assert_eq!(fake.seen(ApiKey::FindCoordinator), [4]);
+            assert_eq!(fake.seen(ApiKey::OffsetCommit), [8]);
+            assert_eq!(fake.seen(ApiKey::OffsetFetch), [8]);
+            let seen = seen.lock().unwrap();
+            let member_ids: Vec<&str> = seen.joins.iter().map(|j| j.0.as_str()).collect();
+            assert_eq!(member_ids, ["", "m-1"]);
+            assert!(seen.joins.iter().all(|j| j.1 == 30_000));
+        }
+
+        #[test]
+        fn oldest_versions() {
+            const RANGES: &[(ApiKey, i16, i16)] = &[
+                (ApiKey::ApiVersions, 0, 2),
+                (ApiKey::Metadata, 1, 1),
+                (ApiKey::FindCoordinator, 0, 0),
+                (ApiKey::JoinGroup, 0, 0),
+                (ApiKey::SyncGroup, 0, 0),
+                (ApiKey::Heartbeat, 0, 0),
+                (ApiKey::LeaveGroup, 0, 0),
+                (ApiKey::OffsetCommit, 2, 2),
+                (ApiKey::OffsetFetch, 1, 1),
+            ];
+            let (fake, seen) = scenario(RANGES);
+            assert_eq!(
+                fake.seen(ApiKey::JoinGroup),
+                [0],
+                "no member id round trip before v4"
+            );
+            assert_eq!(fake.seen(ApiKey::LeaveGroup), [0]);
+            let seen = seen.lock().unwrap();
+            // v0 has no rebalance timeout: the codec's default stays.
+            assert_eq!(seen.joins[0].1, -1);
+        }
+    }
 }

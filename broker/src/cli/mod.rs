@@ -12,6 +12,8 @@
 pub mod client;
 pub mod consume;
 pub mod error;
+#[cfg(test)]
+mod fake_broker;
 pub mod format;
 pub mod group;
 pub mod member;
