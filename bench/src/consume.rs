@@ -249,6 +249,7 @@ mod tests {
 
     #[test]
     fn consume_from_earliest_reads_everything_produced() {
+        let _executors = crate::cores::executor_test_lock();
         let broker = crate::mock::MockBroker::start();
         let addr = broker.addr.to_string();
         let mut load = crate::produce::tests::load(20_000);
@@ -277,6 +278,7 @@ mod tests {
 
     #[test]
     fn groups_are_refused_not_ignored() {
+        let _executors = crate::cores::executor_test_lock();
         let cli = crate::cli::Cli::try_parse_from(["ringlog-bench", "consume", "--group", "g"])
             .expect("parses");
         let crate::cli::Command::Consume(args) = cli.command else {

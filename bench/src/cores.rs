@@ -151,6 +151,14 @@ impl Progress {
     }
 }
 
+/// Tests that start executors take this first: each executor locks `IO_MEMORY_BYTES`, and tests
+/// running in parallel in one process could otherwise pass the 8 MiB the process may lock.
+#[cfg(test)]
+pub(crate) fn executor_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +174,7 @@ mod tests {
 
     #[test]
     fn executors_run_and_return_in_core_order() {
+        let _executors = super::executor_test_lock();
         let out = run_on_cores(cores_to_use(0, 2), |core| async move { core * 10 }).expect("runs");
         assert_eq!(out, (0..out.len()).map(|c| c * 10).collect::<Vec<_>>());
     }

@@ -311,6 +311,7 @@ mod tests {
 
     #[test]
     fn e2e_sees_every_message_with_a_latency() {
+        let _executors = crate::cores::executor_test_lock();
         let broker = crate::mock::MockBroker::start();
         let addr = broker.addr.to_string();
         let cli = crate::cli::Cli::try_parse_from([

@@ -130,6 +130,7 @@ mod tests {
 
     #[test]
     fn matrix_writes_a_complete_report_against_a_broker() {
+        let _executors = crate::cores::executor_test_lock();
         let broker = crate::mock::MockBroker::start();
         let dir = tempfile::tempdir().expect("tempdir");
         let addr = broker.addr.to_string();

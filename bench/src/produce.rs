@@ -781,6 +781,7 @@ pub(crate) mod tests {
 
     #[test]
     fn produce_against_a_broker_counts_every_acked_message() {
+        let _executors = crate::cores::executor_test_lock();
         let broker = crate::mock::MockBroker::start();
         let addr = broker.addr.to_string();
         for (i, (acks, rate, compression)) in [
@@ -816,12 +817,14 @@ pub(crate) mod tests {
 
     #[test]
     fn unreachable_broker_is_an_error() {
+        let _executors = crate::cores::executor_test_lock();
         let l = load(10);
         assert!(run("127.0.0.1:1", "t", 1, 1, 0, &l, false).is_err());
     }
 
     #[test]
     fn dry_run_counts_every_message() {
+        let _executors = crate::cores::executor_test_lock();
         let load = LoadArgs {
             message_size: 100,
             payload: Payload::Random,
