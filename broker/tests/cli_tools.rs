@@ -512,3 +512,82 @@ fn a_group_commits_shows_lag_and_rereads_after_a_reset() {
     );
     assert!(!lines(&ok(&node, &["group", "list"], "")).contains(&"g1".to_string()));
 }
+
+#[test]
+fn two_members_of_a_group_split_the_partitions() {
+    let node = Node::start(&["group.initial.rebalance.delay.ms=0"]);
+    ok(
+        &node,
+        &["topic", "create", "orders", "--partitions", "3"],
+        "",
+    );
+    let spawn_member = || {
+        ringlog_command(
+            &node,
+            &[
+                "consume",
+                "orders",
+                "--group",
+                "split",
+                "--timeout-ms",
+                "10000",
+                "--format",
+                r"%p %v\n",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("member runs")
+    };
+    let members = [spawn_member(), spawn_member()];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = ok(&node, &["group", "describe", "split"], "");
+        let stable_with_two = described
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().rev().take(2).eq(["2", "Stable"]));
+        if stable_with_two {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two members never settled: {described}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let values: Vec<String> = (0..30).map(|i| format!("key{i}:v{i}")).collect();
+    ok(
+        &node,
+        &["produce", "orders", "--key-separator", ":"],
+        &(values.join("\n") + "\n"),
+    );
+
+    let mut read: Vec<String> = Vec::new();
+    let mut partitions_of: Vec<BTreeSet<String>> = Vec::new();
+    for member in members {
+        let output = wait_output(member, Duration::from_secs(60));
+        assert!(output.status.success());
+        let printed = String::from_utf8_lossy(&output.stdout).to_string();
+        let mut partitions = BTreeSet::new();
+        for line in printed.lines() {
+            let (partition, value) = line.split_once(' ').expect("partition and value");
+            partitions.insert(partition.to_string());
+            read.push(value.to_string());
+        }
+        assert!(
+            !partitions.is_empty(),
+            "each member reads something: {printed}"
+        );
+        partitions_of.push(partitions);
+    }
+    assert!(
+        partitions_of[0].is_disjoint(&partitions_of[1]),
+        "no partition is shared: {partitions_of:?}"
+    );
+    read.sort();
+    let mut expected: Vec<String> = (0..30).map(|i| format!("v{i}")).collect();
+    expected.sort();
+    assert_eq!(read, expected, "everything once, nothing twice");
+}

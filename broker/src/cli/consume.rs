@@ -22,7 +22,7 @@ use kafka_protocol::messages::{BrokerId, FetchRequest};
 use kafka_protocol::records::RecordBatchDecoder;
 
 use super::client::{topic_name, Cluster, TopicInfo};
-use super::error::check;
+use super::error::{check, code_of};
 use super::format::{ConsoleLayout, Format};
 use super::member::{Heartbeat, Member, MemberConfig};
 use super::offsets::{self, TopicPartition, EARLIEST, LATEST};
@@ -194,6 +194,8 @@ fn consume_in_group<W: Write>(
         loop {
             consumer.assign(&mut member)?;
             let stop = consumer.fetch_until_stop(idle, Some(&mut member))?;
+            // Eager protocol: commit before giving the partitions up. A fenced commit was
+            // already reported; rejoining (or leaving) is right either way.
             consumer.commit(&mut member)?;
             match stop {
                 None => member.rejoin(&mut consumer.cluster)?,
@@ -247,13 +249,23 @@ impl<W: Write> Consumer<'_, W> {
         Ok(())
     }
 
-    fn commit(&mut self, member: &mut Member) -> Result<()> {
+    /// Commits the positions; `false` when the coordinator no longer counts this member in
+    /// the generation (a rebalance moved on without it), which Kafka's consumer also only
+    /// logs: the records are read again by the partition's next owner.
+    fn commit(&mut self, member: &mut Member) -> Result<bool> {
         let positions: BTreeMap<TopicPartition, i64> = self
             .positions
             .iter()
             .map(|(partition, offset)| ((self.topic.name.clone(), *partition), *offset))
             .collect();
-        member.commit(&mut self.cluster, &positions)
+        match member.commit(&mut self.cluster, &positions) {
+            Ok(()) => Ok(true),
+            Err(error) if is_fenced(&error) => {
+                eprintln!("WARN offsets not committed: {error:#}");
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Fetches and prints until a stop condition (`Some`) or, in a group, until a rebalance
@@ -286,7 +298,9 @@ impl<W: Write> Consumer<'_, W> {
                 if last_commit.elapsed() >= AUTO_COMMIT_INTERVAL
                     && committed_positions != self.positions
                 {
-                    self.commit(member)?;
+                    if !self.commit(member)? {
+                        return Ok(None);
+                    }
                     committed_positions = self.positions.clone();
                     last_commit = Instant::now();
                 }
@@ -436,6 +450,12 @@ impl<W: Write> Consumer<'_, W> {
         }
         Ok(())
     }
+}
+
+/// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or REBALANCE_IN_PROGRESS: the commit came from a
+/// generation the group has left behind.
+fn is_fenced(error: &anyhow::Error) -> bool {
+    matches!(code_of(error), Some(22) | Some(25) | Some(27))
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {

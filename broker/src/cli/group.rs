@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::client::Cluster;
-use super::error::check;
+use super::error::{check, code_of};
 use super::member::{decode_assignment, PROTOCOL_TYPE};
 use super::offsets::{self, TopicPartition, ADMIN, EARLIEST, LATEST};
 use super::reset_offsets::{
@@ -184,8 +184,9 @@ pub struct GroupView {
 }
 
 pub fn describe(cluster: &mut Cluster, group: &str, out: &mut impl Write) -> Result<()> {
-    let coordinator = cluster.coordinator(group)?;
-    let response = describe_group(cluster, coordinator, group)?;
+    let (coordinator, response) = at_coordinator(cluster, group, |cluster, coordinator| {
+        Ok((coordinator, describe_group(cluster, coordinator, group)?))
+    })?;
     // describe_group checked there is one.
     let described = &response.groups[0];
     let state = described.group_state.to_string();
@@ -208,9 +209,10 @@ pub fn describe(cluster: &mut Cluster, group: &str, out: &mut impl Write) -> Res
             },
         })
         .collect();
-    let connection = cluster.broker(coordinator)?;
-    let coordinator_address = format!("{} ({coordinator})", connection.address);
-    let committed = offsets::committed(connection, group, None)?;
+    let coordinator_address = format!("{} ({coordinator})", cluster.broker(coordinator)?.address);
+    let committed = at_coordinator(cluster, group, |cluster, coordinator| {
+        offsets::committed(cluster.broker(coordinator)?, group, None)
+    })?;
     let mut partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
     for (topic, partition) in committed.keys() {
         partitions
@@ -358,19 +360,47 @@ pub fn describe_tables(view: &GroupView) -> [Table; 3] {
 }
 
 pub fn delete(cluster: &mut Cluster, group: &str) -> Result<()> {
-    let coordinator = cluster.coordinator(group)?;
-    let connection = cluster.broker(coordinator)?;
-    let version = connection.version::<DeleteGroupsRequest>()?;
-    let request = DeleteGroupsRequest::default()
-        .with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]);
-    let response = connection.call_at(version, &request)?;
-    let result = response
-        .results
-        .first()
-        .ok_or_else(|| anyhow!("DeleteGroups answered for no group"))?;
-    check(result.error_code, None, || {
-        format!("Group '{group}' could not be deleted due to")
+    at_coordinator(cluster, group, |cluster, coordinator| {
+        let connection = cluster.broker(coordinator)?;
+        let version = connection.version::<DeleteGroupsRequest>()?;
+        let request = DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]);
+        let response = connection.call_at(version, &request)?;
+        let result = response
+            .results
+            .first()
+            .ok_or_else(|| anyhow!("DeleteGroups answered for no group"))?;
+        check(result.error_code, None, || {
+            format!("Group '{group}' could not be deleted due to")
+        })
     })
+}
+
+/// Attempts of one group request while its coordinator loads or moves.
+const COORDINATOR_ATTEMPTS_MAX: u32 = 50;
+
+/// Runs `call` against `group`'s coordinator, again (after finding the coordinator anew)
+/// while it answers COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE or
+/// NOT_COORDINATOR, as Kafka's admin client retries them.
+fn at_coordinator<T>(
+    cluster: &mut Cluster,
+    group: &str,
+    mut call: impl FnMut(&mut Cluster, i32) -> Result<T>,
+) -> Result<T> {
+    let mut attempts = 1;
+    loop {
+        let coordinator = cluster.coordinator(group)?;
+        match call(cluster, coordinator) {
+            Err(error)
+                if attempts < COORDINATOR_ATTEMPTS_MAX
+                    && matches!(code_of(&error), Some(14) | Some(15) | Some(16)) =>
+            {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// kafka-consumer-groups' refusal to move the offsets of a group with active members.
@@ -392,10 +422,13 @@ pub fn reset_offsets(
 ) -> Result<()> {
     let target = args.target()?;
     let group = &args.group;
-    let coordinator = cluster.coordinator(group)?;
-    let response = describe_group(cluster, coordinator, group)?;
+    let response = at_coordinator(cluster, group, |cluster, coordinator| {
+        describe_group(cluster, coordinator, group)
+    })?;
     refuse_active(group, response.groups[0].group_state.as_str())?;
-    let committed = offsets::committed(cluster.broker(coordinator)?, group, None)?;
+    let committed = at_coordinator(cluster, group, |cluster, coordinator| {
+        offsets::committed(cluster.broker(coordinator)?, group, None)
+    })?;
 
     // Which partitions: the named topics (all or some partitions), or every committed one.
     let mut selected: BTreeMap<String, Vec<i32>> = BTreeMap::new();
@@ -449,7 +482,9 @@ pub fn reset_offsets(
         }
     }
     if args.execute {
-        offsets::commit(cluster.broker(coordinator)?, group, &ADMIN, &planned)?;
+        at_coordinator(cluster, group, |cluster, coordinator| {
+            offsets::commit(cluster.broker(coordinator)?, group, &ADMIN, &planned)
+        })?;
     }
     write_plan(out, group, &planned)?;
     Ok(())
