@@ -189,7 +189,7 @@ fn produced_lines_are_consumed_with_keys_and_positions() {
             "--max-messages",
             "8",
             "--format",
-            r"%k|%v|%p|%o|%h\n",
+            r"%k|%v|%p|%o|%h|%t\n",
         ],
         "",
     );
@@ -217,6 +217,18 @@ fn produced_lines_are_consumed_with_keys_and_positions() {
             "{key} lands on murmur2's partition"
         );
         assert_eq!(record[4], "src=cli");
+    }
+    // Timestamps are the producer's create times, in ms.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    for record in &records {
+        let timestamp: i64 = record[5].parse().expect("a number");
+        assert!(
+            (now_ms - 60_000..=now_ms).contains(&timestamp),
+            "{record:?}"
+        );
     }
     // Unkeyed lines go round-robin: one per partition.
     let plain: BTreeSet<&str> = records

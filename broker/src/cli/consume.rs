@@ -59,8 +59,8 @@ pub struct ConsumeArgs {
     /// Exit when no record arrived for this long.
     #[arg(long)]
     pub timeout_ms: Option<u64>,
-    /// kcat-style format: %k key, %v value, %p partition, %o offset, %T timestamp, %t topic,
-    /// %h headers, %K/%S key/value length, \n \t escapes.
+    /// Output format: %k key, %v value, %p partition, %o offset, %t timestamp (ms), %h
+    /// headers, %K/%S key/value length, %% percent, \n \t escapes; e.g. '%k %v %p %o %t\n'.
     #[arg(long, conflicts_with = "print_key")]
     pub format: Option<String>,
     /// Print the key, a tab, then the value (kafka-console-consumer's print.key).
@@ -440,8 +440,7 @@ impl<W: Write> Consumer<'_, W> {
                     self.positions.insert(partition, position);
                     return Ok(());
                 }
-                self.format
-                    .write(self.out, &self.topic.name, partition, record)?;
+                self.format.write(self.out, partition, record)?;
                 self.printed += 1;
                 position = record.offset + 1;
             }

@@ -1,13 +1,14 @@
-//! How `ringlog consume` prints a record: kcat-style `--format` strings (`%k %v %p %o %T\n`)
+//! How `ringlog consume` prints a record: `--format` strings (`%k %v %p %o %t\n`)
 //! or kafka-console-consumer's layout (the value, optionally preceded by `CreateTime:…`,
 //! `Partition:…`, `Offset:…` and the key, tab-separated).
 //!
 //! Invariants:
 //! - A format is parsed once into pieces; printing a record allocates nothing and writes
 //!   key and value bytes exactly as stored (no UTF-8 conversion).
-//! - Placeholders are kcat's: %t topic, %p partition, %o offset, %k key, %K key length,
-//!   %v value, %S value length, %T timestamp (ms), %h headers (`k=v,…`), %% a percent sign;
-//!   `\n`, `\t`, `\r` and `\\` are escapes. A null key or value prints as nothing in a
+//! - Placeholders: %k key, %v value, %p partition, %o offset, %t timestamp (ms), %h headers
+//!   (`k=v,…`), %K / %S key / value length (-1 for null), %% a percent sign; `\n`, `\t`, `\r`
+//!   and `\\` are escapes. They are kcat's except that %t is the timestamp (kcat's %T, also
+//!   accepted), as consume reads the one topic its command line names. A null key or value prints as nothing in a
 //!   `--format` string and as `null` in Kafka's layout (as each tool does).
 
 use std::io::{self, Write};
@@ -18,7 +19,6 @@ use kafka_protocol::records::Record;
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Piece {
     Literal(Vec<u8>),
-    Topic,
     Partition,
     Offset,
     Key,
@@ -54,14 +54,13 @@ impl Format {
         while let Some(ch) = chars.next() {
             let piece = match ch {
                 '%' => match chars.next() {
-                    Some('t') => Piece::Topic,
+                    Some('t') | Some('T') => Piece::Timestamp,
                     Some('p') => Piece::Partition,
                     Some('o') => Piece::Offset,
                     Some('k') => Piece::Key,
                     Some('K') => Piece::KeyLength,
                     Some('v') => Piece::Value,
                     Some('S') => Piece::ValueLength,
-                    Some('T') => Piece::Timestamp,
                     Some('h') => Piece::Headers,
                     Some('%') => {
                         literal.push(b'%');
@@ -122,18 +121,11 @@ impl Format {
         }
     }
 
-    /// Writes `record` of `topic`/`partition` to `out`.
-    pub fn write(
-        &self,
-        out: &mut impl Write,
-        topic: &str,
-        partition: i32,
-        record: &Record,
-    ) -> io::Result<()> {
+    /// Writes `record` of `partition` to `out`.
+    pub fn write(&self, out: &mut impl Write, partition: i32, record: &Record) -> io::Result<()> {
         for piece in &self.pieces {
             match piece {
                 Piece::Literal(bytes) => out.write_all(bytes)?,
-                Piece::Topic => out.write_all(topic.as_bytes())?,
                 Piece::Partition => write!(out, "{partition}")?,
                 Piece::Offset => write!(out, "{}", record.offset)?,
                 Piece::Key => out.write_all(record.key.as_deref().unwrap_or(self.null))?,
@@ -189,20 +181,20 @@ mod tests {
 
     fn render(format: &Format, record: &Record) -> String {
         let mut out = Vec::new();
-        format.write(&mut out, "orders", 2, record).unwrap();
+        format.write(&mut out, 2, record).unwrap();
         String::from_utf8(out).unwrap()
     }
 
     #[test]
-    fn kcat_placeholders_and_escapes() {
-        let format = Format::parse(r"%k %v %p %o %T %t %K/%S 100%%\n").unwrap();
+    fn placeholders_and_escapes() {
+        let format = Format::parse(r"%k %v %p %o %t %T %K/%S 100%%\n").unwrap();
         assert_eq!(
             render(&format, &record(Some("user1"), Some("order-A"))),
-            "user1 order-A 2 42 1700000000123 orders 5/7 100%\n"
+            "user1 order-A 2 42 1700000000123 1700000000123 5/7 100%\n"
         );
         assert_eq!(
             render(&format, &record(None, None)),
-            "  2 42 1700000000123 orders -1/-1 100%\n"
+            "  2 42 1700000000123 1700000000123 -1/-1 100%\n"
         );
     }
 

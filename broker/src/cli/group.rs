@@ -62,15 +62,19 @@ pub struct ResetArgs {
     /// Every topic the group has committed offsets for.
     #[arg(long)]
     pub all_topics: bool,
+    /// Move to the earliest offset of each partition.
     #[arg(long)]
     pub to_earliest: bool,
+    /// Move to the latest offset (the log end) of each partition.
     #[arg(long)]
     pub to_latest: bool,
+    /// Move to this offset, clamped to each partition's earliest and latest.
     #[arg(long, value_name = "OFFSET")]
     pub to_offset: Option<i64>,
     /// YYYY-MM-DDTHH:mm:SS.sss, optionally with a zone (Z, +01:00); UTC without one.
     #[arg(long, value_name = "DATETIME")]
     pub to_datetime: Option<String>,
+    /// Move the committed offsets by N (negative: back), clamped to the log.
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub shift_by: Option<i64>,
     /// An ISO-8601 duration back from now, e.g. PT1H30M or P1D.
