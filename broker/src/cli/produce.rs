@@ -456,4 +456,146 @@ mod tests {
         assert_eq!(batches[0].record_count, 3);
         assert_eq!(batches[0].base_sequence, -1);
     }
+
+    mod scripted {
+        //! The producer against a scripted broker: retry after a leader move, fail by name.
+
+        use std::sync::{Arc, Mutex};
+
+        use kafka_protocol::messages::metadata_response::{
+            MetadataResponsePartition, MetadataResponseTopic,
+        };
+        use kafka_protocol::messages::produce_response::{
+            PartitionProduceResponse, TopicProduceResponse,
+        };
+        use kafka_protocol::messages::*;
+        use kafka_protocol::records::RecordBatchDecoder;
+
+        use super::super::*;
+        use crate::cli::fake_broker::{api_versions, broker_entry, FakeBroker};
+        use crate::cli::partitioner::partition_for_key;
+
+        const RANGES: &[(ApiKey, i16, i16)] = &[
+            (ApiKey::ApiVersions, 0, 3),
+            (ApiKey::Metadata, 1, 12),
+            (ApiKey::Produce, 3, 11),
+        ];
+
+        /// (partition, key, value) of every record the broker accepted.
+        type Accepted = Arc<Mutex<Vec<(i32, String, String)>>>;
+
+        /// A broker with topic `t` of two partitions whose Produce answers are `errors`, in
+        /// turn, then 0.
+        fn broker(errors: Vec<i16>) -> (FakeBroker, Accepted) {
+            let accepted: Accepted = Default::default();
+            let accepted_by_fake = accepted.clone();
+            let mut errors = errors.into_iter();
+            let fake = FakeBroker::start(Box::new(move |request, _version, port| match request {
+                RequestKind::ApiVersions(_) => api_versions(RANGES),
+                RequestKind::Metadata(request) => {
+                    let topics = request.topics.unwrap_or_default().into_iter().map(|t| {
+                        MetadataResponseTopic::default()
+                            .with_name(t.name)
+                            .with_partitions(
+                                (0..2)
+                                    .map(|p| {
+                                        MetadataResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_leader_id(BrokerId(1))
+                                    })
+                                    .collect(),
+                            )
+                    });
+                    ResponseKind::Metadata(
+                        MetadataResponse::default()
+                            .with_brokers(vec![broker_entry(port)])
+                            .with_topics(topics.collect()),
+                    )
+                }
+                RequestKind::Produce(request) => {
+                    let error = errors.next().unwrap_or(0);
+                    let mut topics = Vec::new();
+                    for topic in request.topic_data {
+                        let mut partitions = Vec::new();
+                        for data in topic.partition_data {
+                            if error == 0 {
+                                let mut records = data.records.clone().unwrap_or_default();
+                                let set = RecordBatchDecoder::decode(&mut records).unwrap();
+                                let mut accepted = accepted_by_fake.lock().unwrap();
+                                for record in set.records {
+                                    let text = |b: Option<Bytes>| {
+                                        String::from_utf8(b.unwrap_or_default().to_vec()).unwrap()
+                                    };
+                                    accepted.push((
+                                        data.index,
+                                        text(record.key),
+                                        text(record.value),
+                                    ));
+                                }
+                            }
+                            partitions.push(
+                                PartitionProduceResponse::default()
+                                    .with_index(data.index)
+                                    .with_error_code(error),
+                            );
+                        }
+                        topics.push(
+                            TopicProduceResponse::default()
+                                .with_name(topic.name)
+                                .with_partition_responses(partitions),
+                        );
+                    }
+                    ResponseKind::Produce(ProduceResponse::default().with_responses(topics))
+                }
+                other => panic!("the scripted broker does not answer {other:?}"),
+            }));
+            (fake, accepted)
+        }
+
+        fn args(fake: &FakeBroker) -> ProduceArgs {
+            ProduceArgs {
+                connect: Connect {
+                    bootstrap_server: fake.address(),
+                },
+                topic: "t".into(),
+                key_separator: Some(":".into()),
+                acks: -1,
+                header: Vec::new(),
+                partition: None,
+            }
+        }
+
+        #[test]
+        fn a_moved_leader_is_retried_and_keys_pick_partitions() {
+            let (fake, accepted) = broker(vec![6]);
+            let input = std::io::Cursor::new(b"a:1\nb:2\na:3\n".to_vec());
+            assert_eq!(run(args(&fake), input).unwrap(), 3);
+            assert_eq!(fake.seen(ApiKey::Produce), [11, 11], "one retry");
+            let accepted = accepted.lock().unwrap();
+            let mut got: Vec<(i32, String, String)> = accepted.clone();
+            got.sort_by(|x, y| x.2.cmp(&y.2));
+            let pa = partition_for_key(b"a", 2) as i32;
+            let pb = partition_for_key(b"b", 2) as i32;
+            let expected = [(pa, "a", "1"), (pb, "b", "2"), (pa, "a", "3")];
+            let expected: Vec<(i32, String, String)> = expected
+                .iter()
+                .map(|(p, k, v)| (*p, k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn a_refused_batch_fails_with_kafkas_error_name() {
+            let (fake, accepted) = broker(vec![10]);
+            let input = std::io::Cursor::new(b"a:1\n".to_vec());
+            let error = run(args(&fake), input).unwrap_err();
+            assert!(format!("{error:#}").contains("produce to t-"), "{error:#}");
+            assert!(
+                format!("{error:#}").contains("MESSAGE_TOO_LARGE"),
+                "{error:#}"
+            );
+            assert_eq!(fake.seen(ApiKey::Produce), [11], "not retriable");
+            assert!(accepted.lock().unwrap().is_empty());
+        }
+    }
 }
