@@ -413,42 +413,80 @@ impl<W: Write> Consumer<'_, W> {
     }
 
     /// Prints the records of `partition` at or after its position, advancing it.
-    fn print_records(&mut self, partition: i32, mut records: Bytes) -> Result<()> {
-        let Some(mut position) = self.positions.get(&partition).copied() else {
+    fn print_records(&mut self, partition: i32, records: Bytes) -> Result<()> {
+        let Some(position) = self.positions.get(&partition).copied() else {
             return Ok(());
         };
-        while records.remaining() >= BATCH_HEADER_BYTES {
-            let base_offset = i64::from_be_bytes(records[0..8].try_into()?);
-            let batch_length = i32::from_be_bytes(records[8..12].try_into()?);
-            let batch_bytes = 12 + batch_length.max(0) as usize;
-            if batch_length < 49 || records.remaining() < batch_bytes {
-                break; // cut short by the fetch size; the next fetch starts at this batch
-            }
-            let last_offset_delta = i32::from_be_bytes(records[23..27].try_into()?);
-            let mut batch = records.split_to(batch_bytes);
-            let last_offset = base_offset + last_offset_delta as i64;
-            if last_offset < position {
-                continue;
-            }
-            let set = RecordBatchDecoder::decode(&mut batch)
-                .with_context(|| format!("decoding a batch of {}-{partition}", self.topic.name))?;
-            for record in &set.records {
-                if record.offset < position || record.control {
-                    continue;
-                }
-                if self.max_messages.is_some_and(|max| self.printed >= max) {
-                    self.positions.insert(partition, position);
-                    return Ok(());
-                }
-                self.format.write(self.out, partition, record)?;
-                self.printed += 1;
-                position = record.offset + 1;
-            }
-            position = position.max(last_offset + 1);
-            self.positions.insert(partition, position);
-        }
+        let limit = self
+            .max_messages
+            .map_or(u64::MAX, |max| max.saturating_sub(self.printed));
+        let batches = Batches {
+            partition,
+            records,
+            position,
+        };
+        let (position, printed) = print_batches(self.out, &self.format, batches, limit)
+            .with_context(|| format!("records of {}-{partition}", self.topic.name))?;
+        self.positions.insert(partition, position);
+        self.printed += printed;
         Ok(())
     }
+}
+
+/// One partition's fetched record bytes and the position to print from.
+struct Batches {
+    partition: i32,
+    records: Bytes,
+    position: i64,
+}
+
+/// Prints at most `limit` records of `batches` at or after its position; answers the new
+/// position (after the last record printed, or past whole batches consumed) and the count.
+fn print_batches(
+    out: &mut impl Write,
+    format: &Format,
+    batches: Batches,
+    limit: u64,
+) -> Result<(i64, u64)> {
+    let Batches {
+        partition,
+        mut records,
+        mut position,
+    } = batches;
+    let mut printed = 0;
+    while records.remaining() >= BATCH_HEADER_BYTES {
+        let base_offset = i64::from_be_bytes(records[0..8].try_into()?);
+        let batch_length = i32::from_be_bytes(records[8..12].try_into()?);
+        if batch_length < (BATCH_HEADER_BYTES - 12) as i32 {
+            bail!("a batch at offset {base_offset} claims {batch_length} bytes");
+        }
+        let batch_bytes = 12 + batch_length as usize;
+        if records.remaining() < batch_bytes {
+            break; // cut short by the fetch size; the next fetch starts at this batch
+        }
+        let last_offset_delta = i32::from_be_bytes(records[23..27].try_into()?);
+        let mut batch = records.split_to(batch_bytes);
+        let last_offset = base_offset + last_offset_delta as i64;
+        if last_offset < position {
+            continue;
+        }
+        let set = RecordBatchDecoder::decode(&mut batch)
+            .with_context(|| format!("decoding the batch at offset {base_offset}"))?;
+        for record in &set.records {
+            if record.offset < position || record.control {
+                continue;
+            }
+            if printed >= limit {
+                return Ok((position, printed));
+            }
+            format.write(out, partition, record)?;
+            printed += 1;
+            position = record.offset + 1;
+        }
+        // Past compacted-away offsets and control records at the batch's end too.
+        position = position.max(last_offset + 1);
+    }
+    Ok((position, printed))
 }
 
 /// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or REBALANCE_IN_PROGRESS: the commit came from a
@@ -466,6 +504,110 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// One v2 batch of records at `offsets` (consecutive), values `v<offset>`.
+    fn batch(offsets: std::ops::Range<i64>, control: bool) -> Bytes {
+        let records: Vec<Record> = offsets
+            .map(|offset| Record {
+                transactional: control,
+                control,
+                partition_leader_epoch: 0,
+                delete_horizon: false,
+                producer_id: if control { 7 } else { -1 },
+                producer_epoch: if control { 0 } else { -1 },
+                timestamp_type: TimestampType::Creation,
+                offset,
+                // One batch: the encoder splits where offset - sequence changes.
+                sequence: offset as i32 - 1,
+                timestamp: 0,
+                key: None,
+                value: Some(Bytes::from(format!("v{offset}"))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut out = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut out, records.iter(), &options).unwrap();
+        out.freeze()
+    }
+
+    fn print(records: Bytes, position: i64, limit: u64) -> (String, i64, u64) {
+        let mut out = Vec::new();
+        let format = Format::parse(r"%o:%v\n").unwrap();
+        let batches = Batches {
+            partition: 0,
+            records,
+            position,
+        };
+        let (position, printed) = print_batches(&mut out, &format, batches, limit).unwrap();
+        (String::from_utf8(out).unwrap(), position, printed)
+    }
+
+    fn concat(parts: &[Bytes]) -> Bytes {
+        parts
+            .iter()
+            .flat_map(|b| b.iter().copied())
+            .collect::<Vec<u8>>()
+            .into()
+    }
+
+    #[test]
+    fn printing_starts_at_the_position_inside_a_batch() {
+        let records = concat(&[batch(0..3, false), batch(3..5, false)]);
+        assert_eq!(
+            print(records.clone(), 0, u64::MAX),
+            ("0:v0\n1:v1\n2:v2\n3:v3\n4:v4\n".into(), 5, 5)
+        );
+        assert_eq!(
+            print(records, 2, u64::MAX),
+            ("2:v2\n3:v3\n4:v4\n".into(), 5, 3)
+        );
+    }
+
+    #[test]
+    fn the_limit_stops_mid_batch_at_the_exact_position() {
+        let records = concat(&[batch(0..3, false), batch(3..5, false)]);
+        assert_eq!(
+            print(records.clone(), 1, 3),
+            ("1:v1\n2:v2\n3:v3\n".into(), 4, 3)
+        );
+        assert_eq!(print(records, 0, 0), (String::new(), 0, 0));
+    }
+
+    #[test]
+    fn a_cut_batch_waits_and_control_batches_are_passed() {
+        let whole = batch(0..2, false);
+        let cut = batch(2..4, false);
+        let records = concat(&[whole.clone(), cut.slice(..cut.len() - 5)]);
+        assert_eq!(print(records, 0, u64::MAX), ("0:v0\n1:v1\n".into(), 2, 2));
+        let records = concat(&[whole, batch(2..3, true), batch(3..4, false)]);
+        assert_eq!(
+            print(records, 0, u64::MAX),
+            ("0:v0\n1:v1\n3:v3\n".into(), 4, 3)
+        );
+    }
+
+    #[test]
+    fn a_corrupt_batch_length_is_an_error_not_a_stall() {
+        let mut bytes = batch(0..1, false).to_vec();
+        bytes[8..12].copy_from_slice(&3i32.to_be_bytes());
+        let mut out = Vec::new();
+        let format = Format::parse("%v").unwrap();
+        let batches = Batches {
+            partition: 0,
+            records: bytes.into(),
+            position: 0,
+        };
+        assert!(print_batches(&mut out, &format, batches, u64::MAX).is_err());
+    }
 
     #[test]
     fn start_positions_follow_kafka_console_consumer() {
