@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import ConsumerGroupState, Consumer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from clients import admin, create_topic, produce_all, producer, unique_topic, wait_for
@@ -47,13 +47,19 @@ def assignments(consumers):
     return [sorted(tp.partition for tp in c.assignment()) for c in consumers]
 
 
-def settle(consumers, partitions, timeout=40):
-    """Polls every consumer until their assignments are disjoint and cover
-    `partitions` partitions; returns the assignments."""
+def settle(bootstrap, group, consumers, partitions, timeout=60):
+    """Polls every consumer until the broker reports the group Stable with all of
+    them as members, and their assignments are disjoint and cover `partitions`
+    partitions; returns the assignments."""
+    client = admin(bootstrap)
+
     def settled():
         for c in consumers:
             msg = c.poll(0.05)
             assert msg is None or not msg.error(), msg.error()
+        described = client.describe_consumer_groups([group])[group].result(10)
+        if described.state != ConsumerGroupState.STABLE or len(described.members) != len(consumers):
+            return None
         current = assignments(consumers)
         flat = [p for a in current for p in a]
         return current if sorted(flat) == list(range(partitions)) else None
@@ -98,7 +104,7 @@ def test_members_split_partitions_and_read_everything_once(broker):
     consumers = [member(broker.bootstrap, group) for _ in range(2)]
     for c in consumers:
         c.subscribe([topic])
-    owned = settle(consumers, 3)
+    owned = settle(broker.bootstrap, group, consumers, 3)
     assert all(owned), f"both members own partitions: {owned}"
     produced = produce(broker.bootstrap, topic, 3000)
     got = read(consumers, len(produced))
@@ -117,15 +123,15 @@ def test_extra_members_idle_until_partitions_are_added(broker):
     consumers = [member(broker.bootstrap, group) for _ in range(5)]
     for c in consumers:
         c.subscribe([topic])
-    owned = settle(consumers, 2)
+    owned = settle(broker.bootstrap, group, consumers, 2)
     assert sorted(len(a) for a in owned) == [0, 0, 0, 1, 1], f"2 busy, 3 idle: {owned}"
     produced = produce(broker.bootstrap, topic, 200, partitions=2)
     got = read(consumers, len(produced))
     assert sum(1 for records in got if records) == 2, "exactly two members received records"
 
-    futures = admin(broker.bootstrap).create_partitions([NewPartitions(topic, 5)])
-    futures[topic].result(30)
-    owned = settle(consumers, 5, timeout=60)
+    client = admin(broker.bootstrap)  # kept alive until its future resolves
+    client.create_partitions([NewPartitions(topic, 5)])[topic].result(30)
+    owned = settle(broker.bootstrap, group, consumers, 5)
     assert all(len(a) == 1 for a in owned), f"after growing to 5, each member owns one: {owned}"
     produced = produce(broker.bootstrap, topic, 500, partitions=5)
     got = read(consumers, len(produced))
