@@ -11,7 +11,8 @@ auto-create off) and seeded with 1,000 records through confluent-kafka. Each
 test sends its bad bytes with kafka_wire.py, checks the answer (error code or
 closed connection, against a deadline), and then `healthy()` checks that the
 process is alive, a normal confluent-kafka client can still produce and
-consume, and the seeded records read back byte for byte.
+consume, and the seeded records read back byte for byte. The broker's stderr
+must not grow by more than a few warnings per test (logged once, no floods).
 """
 
 import os
@@ -31,6 +32,7 @@ MESSAGE_MAX_BYTES = 100_000
 SEED_PARTITIONS = 2
 RSS_MAX_BYTES = 2 << 30
 CLOSE_TIMEOUT_S = 10
+LOGGED_MAX = 10
 
 
 class Node:
@@ -71,13 +73,22 @@ def shared_node(request, tmp_path_factory):
     finish(broker)
 
 
+def warnings_logged(broker):
+    return sum(1 for line in broker.log_text().splitlines()
+               if " WARN" in line or " ERROR" in line)
+
+
 @pytest.fixture
 def node(shared_node):
     """The module's node; if an earlier test killed it, it is restarted on the
-    same data dir so each test reports on its own input, not on the last one's."""
+    same data dir so each test reports on its own input, not on the last one's.
+    Bad input is logged once per connection, never in a flood."""
     if not shared_node.broker.alive():
         shared_node.broker.start()
-    return shared_node
+    before = warnings_logged(shared_node.broker)
+    yield shared_node
+    added = warnings_logged(shared_node.broker) - before
+    assert added <= LOGGED_MAX, f"{added} WARN/ERROR lines for one test's bad input"
 
 
 def rss_bytes(pid):
