@@ -156,12 +156,12 @@ def watermarks(bootstrap, topic, partitions, timeout=10):
         c.close()
 
 
-def consume_all(bootstrap, topic, partitions, start=None, timeout=120):
+def consume_all(bootstrap, topic, partitions, start=None, timeout=120, **overrides):
     """Reads every partition from `start` ({partition: offset, or OFFSET_END for
     nothing}, default the beginning) up to the high watermark it has when the
-    read begins.
+    read begins. `overrides` are consumer settings.
     Returns {partition: [Record, ...]} in fetch order."""
-    c = consumer(bootstrap)
+    c = consumer(bootstrap, **overrides)
     try:
         marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                  for p in range(partitions)}

@@ -264,3 +264,47 @@ def test_metadata_auto_creates_topics_only_when_enabled(broker_factory, enabled)
                         [{"topic": topic, "key": b"k", "value": b"v"}], timeout=20)
         assert topic_partitions(broker.bootstrap, topic) is None, (
             "the topic appeared although auto.create.topics.enable=false")
+
+
+def test_fetch_limits_smaller_than_a_batch_still_make_progress(broker):
+    """Kafka returns the first batch whole even when it exceeds
+    max.partition.fetch.bytes and fetch.max.bytes (KIP-74), so a consumer with
+    tiny limits reads slowly but never stalls."""
+    topic = unique_topic("tiny-fetch")
+    create_topic(broker.bootstrap, topic, 2)
+    reports = produce_all(producer(broker.bootstrap, **{"linger.ms": 20}),
+                          [{"topic": topic, "key": b"k%d" % (i % 7), "value": b"%06d" % i + b"x" * 200}
+                           for i in range(3000)])
+    got = consume_all(broker.bootstrap, topic, 2, timeout=120,
+                      # librdkafka wants fetch.max.bytes >= message.max.bytes
+                      **{"max.partition.fetch.bytes": 1024, "fetch.max.bytes": 2048,
+                         "message.max.bytes": 2048})
+    assert sorted((r.partition, r.offset, r.value) for rs in got.values() for r in rs) == sorted(
+        (r.partition, r.offset, r.value) for r in reports)
+
+
+def test_fetch_from_the_middle_of_a_batch_starts_at_that_record(broker):
+    """A fetch at an offset inside a batch returns the whole batch; the client
+    skips the records before its offset, so reading starts exactly there."""
+    topic = unique_topic("mid-batch")
+    create_topic(broker.bootstrap, topic, 1)
+    prod = producer(broker.bootstrap, **{"linger.ms": 200, "batch.num.messages": 1000})
+    reports = produce_all(prod, [{"topic": topic, "value": b"r%d" % i, "partition": 0}
+                                 for i in range(100)])
+    assert sorted(r.offset for r in reports) == list(range(100))
+    for start in (1, 37, 99):
+        got = consume_all(broker.bootstrap, topic, 1, start={0: start})[0]
+        assert [(r.offset, r.value) for r in got] == [(o, b"r%d" % o) for o in range(start, 100)], (
+            f"reading from offset {start}")
+
+
+def test_acks_0_records_arrive(broker):
+    topic = unique_topic("acks0")
+    create_topic(broker.bootstrap, topic, 3)
+    produce_all(producer(broker.bootstrap, acks="0"),
+                [{"topic": topic, "key": b"k%d" % i, "value": b"v%d" % i} for i in range(2000)])
+    wait_for(lambda: sum(h for _, h in watermarks(broker.bootstrap, topic, 3).values()) == 2000,
+             30, "all 2000 acks=0 records to be appended")
+    got = consume_all(broker.bootstrap, topic, 3)
+    assert sorted(r.value for rs in got.values() for r in rs) == sorted(
+        b"v%d" % i for i in range(2000))

@@ -13,6 +13,7 @@ parsed field by field with a check that nothing is left over.
 import pytest
 
 import kafka_wire as wire
+from clients import create_topic, unique_topic
 
 # What the single-node issue requires the broker to implement.
 REQUIRED_APIS = {
@@ -98,3 +99,17 @@ def test_pipelined_requests_are_answered_in_order(broker):
                 assert wire.parse_api_versions_v3(body)["error"] == wire.NONE
             else:
                 assert wire.parse_api_versions_v0(body)[0] == wire.NONE
+
+
+def test_acks_0_produce_gets_no_response(broker):
+    """Kafka sends nothing back for acks=0; an answer would be taken as the
+    response to the client's next request."""
+    topic = unique_topic("acks0-wire")
+    create_topic(broker.bootstrap, topic, 1)
+    batch = wire.record_batch([(b"k", b"v")])
+    with wire.connect(broker.port) as s:
+        s.sendall(wire.produce_v3_request(topic, 0, batch, 50, acks=0)
+                  + wire.api_versions_request(0, 51))
+        corr, body = wire.read_response(s)
+        assert corr == 51, f"first answer has correlation id {corr}: acks=0 produce was answered"
+        assert wire.parse_api_versions_v0(body)[0] == wire.NONE
