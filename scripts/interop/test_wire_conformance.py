@@ -113,3 +113,42 @@ def test_acks_0_produce_gets_no_response(broker):
         corr, body = wire.read_response(s)
         assert corr == 51, f"first answer has correlation id {corr}: acks=0 produce was answered"
         assert wire.parse_api_versions_v0(body)[0] == wire.NONE
+
+
+@pytest.mark.parametrize("broker", [{"cores": 2}], indirect=True)
+def test_pipelined_produces_to_partitions_on_both_shards_answer_in_order(broker):
+    """Produces for partitions owned by different shards, pipelined on one
+    connection with a Metadata between them, come back in request order and
+    each partition's base offsets follow the order the requests were sent."""
+    topic = unique_topic("pipelined")
+    partitions = 4
+    create_topic(broker.bootstrap, topic, partitions)
+    frames = b""
+    expected = []
+    for i in range(24):
+        corr = 500 + i
+        if i % 6 == 5:
+            frames += wire.metadata_v1_request([topic], corr)
+            expected.append((corr, None))
+        else:
+            p = i % partitions
+            frames += wire.produce_v3_request(topic, p, wire.record_batch([(b"k", b"v%d" % i)] * 3),
+                                              corr, acks=1)
+            expected.append((corr, p))
+    next_offset = {p: 0 for p in range(partitions)}
+    with wire.connect(broker.port) as s:
+        s.sendall(frames)
+        for corr, partition in expected:
+            got_corr, body = wire.read_response(s, timeout=20)
+            assert got_corr == corr, f"got the answer to {got_corr} where {corr} was due"
+            if partition is None:
+                assert wire.parse_metadata_v1(body)["topics"][topic]["error"] == wire.NONE
+                continue
+            results, _, leftover = wire.parse_produce_v3(body)
+            assert leftover == 0
+            error, base_offset = results[(topic, partition)]
+            assert error == wire.NONE, f"produce {corr}: error {error}"
+            assert base_offset == next_offset[partition], (
+                f"partition {partition}: base offset {base_offset}, expected "
+                f"{next_offset[partition]} (appends reordered)")
+            next_offset[partition] += 3
