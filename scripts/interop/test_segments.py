@@ -65,3 +65,22 @@ def test_segments_roll_by_size_and_reads_cross_them(broker_factory):
         if attempt == "before restart":
             broker.restart()
             assert segment_base_offsets(broker, topic)[:len(bases)] == bases
+
+
+def test_segments_roll_by_time(broker_factory):
+    """log.roll.ms: the next append after the active segment has aged rolls it."""
+    broker = broker_factory(settings={"log.roll.ms": "300"})
+    topic = unique_topic("roll-ms")
+    create_topic(broker.bootstrap, topic, 1)
+    prod = producer(broker.bootstrap)
+    deadline = time.monotonic() + 20
+    written = 0
+    while len(segment_base_offsets(broker, topic)) < 3:
+        assert time.monotonic() < deadline, (
+            f"{written} appends over 20s with log.roll.ms=300 made "
+            f"{len(segment_base_offsets(broker, topic))} segments")
+        produce_all(prod, [{"topic": topic, "value": b"t%d" % written, "partition": 0}])
+        written += 1
+        time.sleep(0.1)
+    got = consume_all(broker.bootstrap, topic, 1)[0]
+    assert [r.value for r in got] == [b"t%d" % i for i in range(written)]
