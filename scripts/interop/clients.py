@@ -131,7 +131,7 @@ def produce_all(prod, messages, timeout=120):
 
 
 class Record:
-    __slots__ = ("partition", "offset", "key", "value", "timestamp")
+    __slots__ = ("partition", "offset", "key", "value", "timestamp", "headers")
 
     def __init__(self, msg):
         self.partition = msg.partition()
@@ -139,6 +139,7 @@ class Record:
         self.key = msg.key()
         self.value = msg.value()
         self.timestamp = msg.timestamp()[1]
+        self.headers = msg.headers()
 
     def as_tuple(self):
         return (self.partition, self.offset, self.key, self.value, self.timestamp)
