@@ -162,6 +162,9 @@ def test_delete_then_recreate_topic_starts_empty(broker):
         a.delete_topics([topic], operation_timeout=30)[topic].result(30)
     assert err.value.args[0].code() == 3, f"deleting a missing topic: {err.value}"
 
+    broker.restart()
+    assert topic_partitions(broker.bootstrap, topic) is None, "a deleted topic came back on restart"
+
     create_topic(broker.bootstrap, topic, 3)
     assert watermarks(broker.bootstrap, topic, 3) == {0: (0, 0), 1: (0, 0), 2: (0, 0)}, (
         "a recreated topic must not see the deleted topic's data")
@@ -187,6 +190,8 @@ def test_create_partitions_grows_a_topic_and_keeps_its_data(broker):
     produce_all(producer(broker.bootstrap),
                 [{"topic": topic, "key": b"new", "value": b"p%d" % p, "partition": p}
                  for p in range(5)])
+    broker.restart()
+    assert topic_partitions(broker.bootstrap, topic) == 5, "added partitions lost on restart"
     got = consume_all(broker.bootstrap, topic, 5)
     for p in (2, 3, 4):
         assert [r.value for r in got[p]] == [b"p%d" % p], f"new partition {p}"
@@ -308,3 +313,23 @@ def test_acks_0_records_arrive(broker):
     got = consume_all(broker.bootstrap, topic, 3)
     assert sorted(r.value for rs in got.values() for r in rs) == sorted(
         b"v%d" % i for i in range(2000))
+
+
+def test_create_topics_errors_are_kafkas(broker):
+    """Invalid requests get the error Kafka gives, per topic."""
+    topic = unique_topic("errs")
+    create_topic(broker.bootstrap, topic, 1)
+    a = admin(broker.bootstrap)
+    cases = [
+        (NewTopic(topic, num_partitions=1, replication_factor=1), 36, "TOPIC_ALREADY_EXISTS"),
+        (NewTopic(unique_topic("zero"), num_partitions=0, replication_factor=1), 37,
+         "INVALID_PARTITIONS"),
+        (NewTopic("bad/name", num_partitions=1, replication_factor=1), 17, "INVALID_TOPIC_EXCEPTION"),
+        (NewTopic(unique_topic("rf"), num_partitions=1, replication_factor=3), 38,
+         "INVALID_REPLICATION_FACTOR"),
+    ]
+    for new, code, name in cases:
+        with pytest.raises(KafkaException) as err:
+            a.create_topics([new], operation_timeout=30)[new.topic].result(30)
+        assert err.value.args[0].code() == code, f"{new.topic}: expected {name} ({code}), got {err.value}"
+    assert topic_partitions(a, "bad/name") is None
