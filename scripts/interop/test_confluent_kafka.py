@@ -15,7 +15,7 @@ independently. The 100,000-message round trip runs in both log.io.mode values.
 import time
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic, ResourceType
 
 import kafka_wire as wire
@@ -333,3 +333,37 @@ def test_create_topics_errors_are_kafkas(broker):
             a.create_topics([new], operation_timeout=30)[new.topic].result(30)
         assert err.value.args[0].code() == code, f"{new.topic}: expected {name} ({code}), got {err.value}"
     assert topic_partitions(a, "bad/name") is None
+
+
+@pytest.mark.parametrize("reset,expect_records", [("earliest", True), ("error", False)])
+def test_fetch_past_the_end_is_offset_out_of_range(broker, reset, expect_records):
+    """A fetch beyond the log end gets OFFSET_OUT_OF_RANGE, which the client
+    turns into its auto.offset.reset policy."""
+    topic = unique_topic("oor")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_all(producer(broker.bootstrap),
+                [{"topic": topic, "value": b"r%d" % i, "partition": 0} for i in range(10)])
+    c = consumer(broker.bootstrap, **{"auto.offset.reset": reset})
+    try:
+        c.assign([TopicPartition(topic, 0, 1_000_000)])
+        deadline = time.monotonic() + 20
+        values, errors = [], []
+        while time.monotonic() < deadline and len(values) < 10 and not errors:
+            for m in c.consume(num_messages=100, timeout=0.5):
+                (errors if m.error() else values).append(m.error() or m.value())
+    finally:
+        c.close()
+    if expect_records:
+        assert values == [b"r%d" % i for i in range(10)], (
+            f"auto.offset.reset=earliest should restart at 0; got {values[:3]} errors {errors}")
+    else:
+        assert not values and errors, "auto.offset.reset=error should surface an error"
+        assert errors[0].code() == KafkaError._AUTO_OFFSET_RESET, errors[0]
+
+
+def test_describe_configs_of_a_missing_topic_is_unknown_topic(broker):
+    a = admin(broker.bootstrap)
+    res = ConfigResource(ResourceType.TOPIC, unique_topic("nope"))
+    with pytest.raises(KafkaException) as err:
+        a.describe_configs([res])[res].result(30)
+    assert err.value.args[0].code() == 3, f"expected UNKNOWN_TOPIC_OR_PARTITION: {err.value}"
