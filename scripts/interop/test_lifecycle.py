@@ -101,3 +101,30 @@ def test_serve_without_arguments_uses_9092_and_data_dir(tmp_path):
             proc.kill()
             proc.wait(10)
         log.close()
+
+
+def test_shutdown_does_not_wait_for_idle_or_parked_clients(broker_factory):
+    """SIGTERM with an idle connection, a half-sent request and a consumer whose
+    fetch is parked for 10 s still exits promptly and cleanly."""
+    import kafka_wire as wire
+    from confluent_kafka import TopicPartition
+
+    from clients import consumer
+
+    broker = broker_factory(cores=2)
+    topic = unique_topic("parked")
+    create_topic(broker.bootstrap, topic, 2)
+    idle = wire.connect(broker.port)
+    half = wire.connect(broker.port)
+    half.sendall(wire.api_versions_request(0, 1)[:7])
+    c = consumer(broker.bootstrap, **{"fetch.wait.max.ms": 10000})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(2)])
+        assert c.consume(num_messages=1, timeout=1.0) == []
+        started = time.monotonic()
+        broker.stop_cleanly(signal.SIGTERM)
+        assert time.monotonic() - started < 10, "shutdown waited for clients"
+    finally:
+        idle.close()
+        half.close()
+        c.close()
