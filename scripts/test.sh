@@ -42,11 +42,25 @@ RINGLOG_BIN="$PWD/${CARGO_TARGET_DIR:-target}/release/ringlog"
 export RINGLOG_BIN
 
 step "interop tests (pytest scripts/interop) against $RINGLOG_BIN"
+junit="$(mktemp -d)/interop.xml"
 status=0
-python3 -m pytest -q scripts/interop "$@" || status=$?
+python3 -m pytest -q scripts/interop --junitxml="$junit" "$@" || status=$?
+# librdkafka may log after pytest's own summary; the counts are repeated as
+# the very last line.
+summary=$(python3 - "$junit" <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root)
+n = lambda key: sum(int(s.get(key, 0)) for s in suites)
+failed = n("failures") + n("errors")
+skipped = n("skipped")
+print(f"interop: {n('tests') - failed - skipped} passed, {failed} failed, {skipped} skipped")
+PY
+)
 case $status in
     0) ;;
     5) fail "pytest collected no tests" ;;
-    *) fail "interop tests (pytest exit $status)" ;;
+    *) fail "interop tests (pytest exit $status)${summary:+; $summary}" ;;
 esac
 step "all tests passed in $((SECONDS - started))s"
+echo "$summary"
