@@ -248,6 +248,62 @@ pub fn validate_batches(records: &[u8]) -> Result<Vec<(BatchHeader, Range<usize>
     BatchIter::new(records).collect()
 }
 
+/// Attribute bit 3: timestamps are the broker's append time (the batch max timestamp).
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+
+/// The offset and timestamp of the first record at or after `timestamp` in `batch` (one
+/// whole, validated batch), for ListOffsets by time, which Kafka answers per record.
+/// Walks the record framing without decoding keys or values. `None` when no record
+/// qualifies, and for a compressed batch, whose records cannot be read without
+/// decompressing it: the caller then answers with the batch's base offset, which is at or
+/// before the exact record.
+pub fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i64, i64)> {
+    let header = BatchHeader::parse(batch).ok()?;
+    if header.max_timestamp < timestamp || header.compression() != 0 {
+        return None;
+    }
+    if header.attributes & ATTR_LOG_APPEND_TIME != 0 {
+        return Some((header.base_offset, header.max_timestamp));
+    }
+    let end = header.total_bytes().min(batch.len());
+    let mut position = BATCH_HEADER_BYTES;
+    for _ in 0..header.record_count {
+        let (length, after_length) = read_varint(batch, position, end)?;
+        let record_end = after_length.checked_add(usize::try_from(length).ok()?)?;
+        if record_end > end {
+            return None;
+        }
+        let body = after_length + 1; // the record's attributes byte
+        let (timestamp_delta, after_timestamp) = read_varint(batch, body, record_end)?;
+        let (offset_delta, _) = read_varint(batch, after_timestamp, record_end)?;
+        let record_timestamp = header.base_timestamp.checked_add(timestamp_delta)?;
+        if record_timestamp >= timestamp {
+            return Some((header.base_offset + offset_delta, record_timestamp));
+        }
+        position = record_end;
+    }
+    None
+}
+
+/// A zigzag varint (Kafka's varint/varlong) at `position`, not reading past `end`: the
+/// value and the position after it.
+fn read_varint(bytes: &[u8], mut position: usize, end: usize) -> Option<(i64, usize)> {
+    let mut raw: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        if position >= end {
+            return None;
+        }
+        let byte = bytes[position];
+        position += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            let value = (raw >> 1) as i64 ^ -((raw & 1) as i64);
+            return Some((value, position));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 #[path = "../tests/common/mod.rs"]
 pub(crate) mod test_batches;
@@ -263,6 +319,25 @@ mod tests {
             record_count: 3,
             ..BatchSpec::default()
         })
+    }
+
+    #[test]
+    fn finds_the_first_record_at_or_after_a_time() {
+        // Record i has timestamp base + i and offset base_offset + i.
+        let batch = encode_batch(&BatchSpec {
+            base_offset: 100,
+            record_count: 5,
+            base_timestamp: 1_000,
+            ..BatchSpec::default()
+        });
+        assert_eq!(first_record_at_or_after(&batch, 0), Some((100, 1_000)));
+        assert_eq!(first_record_at_or_after(&batch, 1_003), Some((103, 1_003)));
+        assert_eq!(first_record_at_or_after(&batch, 1_004), Some((104, 1_004)));
+        assert_eq!(first_record_at_or_after(&batch, 1_005), None);
+        // Cut records never read past the buffer.
+        for cut in 0..batch.len() {
+            let _ = first_record_at_or_after(&batch[..cut], 1_003);
+        }
     }
 
     #[test]

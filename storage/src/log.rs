@@ -1247,8 +1247,9 @@ impl Log {
             .sum()
     }
 
-    /// Earliest offset whose batch max timestamp is >= `timestamp`, with that batch's max
-    /// timestamp (Kafka ListOffsets, at batch granularity); `None` if no batch qualifies.
+    /// The first record whose timestamp is >= `timestamp`, with that timestamp (Kafka
+    /// ListOffsets); `None` if no record qualifies. The time index finds the batch; a
+    /// compressed batch answers at batch granularity (its base offset).
     pub async fn offset_for_timestamp(
         &self,
         timestamp: i64,
@@ -1275,12 +1276,31 @@ impl Log {
                 .await?
             {
                 if header.max_timestamp >= timestamp {
-                    return Ok(Some((header.base_offset, header.max_timestamp)));
+                    return self.refine_to_record(header, timestamp).await.map(Some);
                 }
                 position += header.total_bytes() as u64;
             }
         }
         Ok(None)
+    }
+
+    /// Kafka answers a time query per record: the first record of `batch` at or after
+    /// `timestamp`. A compressed batch (or one that cannot be read) answers with its base
+    /// offset, which is at or before that record.
+    async fn refine_to_record(
+        &self,
+        batch: BatchHeader,
+        timestamp: i64,
+    ) -> Result<(i64, i64), StorageError> {
+        let whole_batch = (batch.base_offset, batch.max_timestamp);
+        match self.read(batch.base_offset, batch.total_bytes()).await {
+            Ok(read) => Ok(
+                crate::batch::first_record_at_or_after(&read.records, timestamp)
+                    .unwrap_or(whole_batch),
+            ),
+            Err(ReadError::Storage(error)) => Err(error),
+            Err(ReadError::OffsetOutOfRange { .. }) => Ok(whole_batch),
+        }
     }
 
     /// Waits until everything appended before the call is written to its file (no fsync).

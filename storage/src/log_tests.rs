@@ -247,7 +247,7 @@ fn segments_roll_by_age() {
 }
 
 #[test]
-fn offset_for_timestamp_finds_first_batch_at_or_after() {
+fn offset_for_timestamp_finds_first_record_at_or_after() {
     for mode in modes() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
@@ -263,11 +263,12 @@ fn offset_for_timestamp_finds_first_batch_at_or_after() {
                 log.append(&batch(3, ts), 0, 0).expect("append");
             }
             let cases = [
-                (0, Some((0, 1_002))),
-                (1_002, Some((0, 1_002))),
-                (1_003, Some((3, 2_002))),
-                (3_500, Some((9, 4_002))),
-                (5_002, Some((12, 5_002))),
+                // Record i of a batch appended with `ts` has timestamp ts + i.
+                (0, Some((0, 1_000))),
+                (1_002, Some((2, 1_002))),
+                (1_003, Some((3, 2_000))),
+                (3_500, Some((9, 4_000))),
+                (5_002, Some((14, 5_002))),
                 (5_003, None),
             ];
             for (ts, expected) in cases {
@@ -426,7 +427,7 @@ fn corrupt_index_is_rebuilt() {
             );
             assert_eq!(
                 log.offset_for_timestamp(250).await.expect("lookup"),
-                Some((6, 301))
+                Some((6, 300))
             );
             assert_eq!(log.log_end_offset(), 20);
         });
