@@ -29,10 +29,13 @@ const IO_MEMORY_BYTES: usize = 1 << 20;
 const RING_DEPTH: usize = 256;
 
 /// Runs a node until SIGINT or SIGTERM.
-pub fn run(config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<()> {
+pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<()> {
     let shard_count = shard_count.unwrap_or_else(|| shard::executor::online_cpus().len());
     std::fs::create_dir_all(&config.log_dir)
         .with_context(|| format!("creating log.dirs {}", config.log_dir.display()))?;
+    // One absolute path for every log, whatever the working directory does later.
+    config.log_dir = std::fs::canonicalize(&config.log_dir)
+        .with_context(|| format!("resolving log.dirs {}", config.log_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
     let controller = Controller::load(Box::new(FileMetadataStore::new(&config.log_dir)))
         .context("loading metadata")?;

@@ -997,6 +997,10 @@ impl Log {
         cache: Rc<BatchCache>,
     ) -> Result<Log, StorageError> {
         config.check()?;
+        // glommio opens directories (for fsync) without the working directory, so a
+        // relative path fails with EBADF: work with the absolute path from here on.
+        let dir =
+            std::path::absolute(&dir).map_err(|e| StorageError::io("resolve dir", &dir, e))?;
         // Blocking directory calls, once per open: glommio has no async mkdir/readdir.
         std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
         let bases = list_segment_bases(&dir)?;

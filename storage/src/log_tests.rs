@@ -830,3 +830,27 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
         });
     }
 }
+
+#[test]
+fn a_relative_directory_works() {
+    run(|| async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let relative = std::env::current_dir()
+            .ok()
+            .and_then(|cwd| pathdiff(dir.path(), &cwd))
+            .expect("a relative path to the temp dir");
+        let log = open(&relative, config(IoMode::Buffered)).await;
+        log.append(&batch(2, 0), 0, 0).expect("append");
+        log.sync().await.expect("sync");
+        log.close().await.expect("close");
+    });
+}
+
+/// `target` relative to `base` (both absolute).
+fn pathdiff(target: &std::path::Path, base: &std::path::Path) -> Option<std::path::PathBuf> {
+    let common = base.ancestors().find(|a| target.starts_with(a))?;
+    let ups = base.strip_prefix(common).ok()?.components().count();
+    let mut out: std::path::PathBuf = std::iter::repeat_n("..", ups).collect();
+    out.push(target.strip_prefix(common).ok()?);
+    Some(out)
+}
