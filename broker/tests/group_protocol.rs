@@ -356,7 +356,10 @@ fn commits_and_groups_survive_kill_9() {
 #[test]
 fn offsets_of_empty_groups_expire_after_the_retention() {
     // offsets.retention.minutes has minute granularity, as in Kafka: this test waits ~1 min.
-    let node = Node::start(&["offsets.retention.minutes=1", "offsets.topic.num.partitions=4"]);
+    let node = Node::start(&[
+        "offsets.retention.minutes=1",
+        "offsets.topic.num.partitions=4",
+    ]);
     let mut client = node.connect();
     create_topic(&mut client, "aging", 1);
     find_coordinator(&mut client, "idle-group");
@@ -364,14 +367,36 @@ fn offsets_of_empty_groups_expire_after_the_retention() {
     // A group with a live member keeps its offsets however old they are.
     let member = join_member(&mut client, "busy-group");
     let id = member.member_id.to_string();
-    assert_eq!(sync(&mut client, "busy-group", &id, member.generation_id).error_code, 0);
-    assert_eq!(commit(&mut client, "busy-group", &id, member.generation_id, "aging", 6), 0);
+    assert_eq!(
+        sync(&mut client, "busy-group", &id, member.generation_id).error_code,
+        0
+    );
+    assert_eq!(
+        commit(
+            &mut client,
+            "busy-group",
+            &id,
+            member.generation_id,
+            "aging",
+            6
+        ),
+        0
+    );
     let started = std::time::Instant::now();
     while committed(&mut client, "idle-group", "aging") != -1 {
-        assert!(started.elapsed() < std::time::Duration::from_secs(90), "offsets never expired");
-        assert_eq!(heartbeat(&mut client, "busy-group", &id, member.generation_id), 0);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "offsets never expired"
+        );
+        assert_eq!(
+            heartbeat(&mut client, "busy-group", &id, member.generation_id),
+            0
+        );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    assert!(started.elapsed() >= std::time::Duration::from_secs(55), "expired too early");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(55),
+        "expired too early"
+    );
     assert_eq!(committed(&mut client, "busy-group", "aging"), 6);
 }
