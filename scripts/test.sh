@@ -37,7 +37,9 @@ fi
 
 step "cargo build --release -p broker"
 cargo build --release -p broker || fail "release build of the broker"
-RINGLOG_BIN="$PWD/${CARGO_TARGET_DIR:-target}/release/ringlog"
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
+RINGLOG_BIN="$target_dir/release/ringlog"
 [ -x "$RINGLOG_BIN" ] || fail "no broker binary at $RINGLOG_BIN"
 export RINGLOG_BIN
 
