@@ -14,6 +14,7 @@ The binary comes from RINGLOG_BIN (scripts/test.sh passes the release build).
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
-LOG_TAIL_LINES = 150
+LOG_TAIL_LINES = 400
 
 # Every broker started in this pytest process, for failure reports.
 _BROKERS = []
@@ -106,6 +107,7 @@ class Broker:
             except OSError:
                 pass
             if time.monotonic() > deadline:
+                self.dump_stacks(f"not accepting connections after {ready_timeout}s")
                 self.kill9()
                 raise AssertionError(f"{self.name} did not accept connections on {self.bootstrap} "
                                      f"within {ready_timeout}s")
@@ -122,6 +124,7 @@ class Broker:
         try:
             return self.proc.wait(timeout), False
         except subprocess.TimeoutExpired:
+            self.dump_stacks(f"still running {timeout}s after {sig.name}")
             self.proc.kill()
             return self.proc.wait(10), True
 
@@ -129,6 +132,21 @@ class Broker:
         rc, killed = self.stop(sig)
         assert not killed, f"{self.name} ignored {sig.name} for {STOP_TIMEOUT_S}s and was killed"
         assert rc == 0, f"{self.name} exited with {rc} after {sig.name}"
+
+    def dump_stacks(self, why):
+        """Appends every thread's backtrace to the broker's log, so a hang can be
+        diagnosed from the failure report (needs gdb; skipped without it)."""
+        gdb = shutil.which("gdb")
+        if gdb is None or not self.alive():
+            return
+        try:
+            out = subprocess.run([gdb, "-p", str(self.proc.pid), "-batch", "-nx",
+                                  "-ex", "thread apply all bt"],
+                                 capture_output=True, timeout=60).stdout
+        except subprocess.TimeoutExpired:
+            out = b"gdb timed out"
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== {self.name} {why}; thread backtraces:\n".encode() + out)
 
     def kill9(self):
         if self.alive():
