@@ -27,7 +27,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
@@ -37,6 +37,7 @@ use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tracing::{debug, warn};
 
 use crate::frame::{self, Check, LENGTH_PREFIX_BYTES};
+use crate::read_buffer::ReadBuffer;
 use crate::request::{decode_request, DecodeError, Request};
 use crate::response::{encode_response, encode_unsupported_api_versions};
 use crate::SupportedApis;
@@ -130,10 +131,10 @@ async fn read_requests<H: Handler>(
     slots: local_channel::LocalSender<(Slot, Option<StaticPermit>)>,
     (peer_addr, peer): (Option<std::net::SocketAddr>, &str),
 ) -> io::Result<()> {
-    let mut buffered = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut buffered = ReadBuffer::with_capacity(READ_CHUNK_BYTES);
     loop {
         let body_bytes = loop {
-            match frame::check(&buffered, limits.request_bytes_max) {
+            match frame::check(buffered.data(), limits.request_bytes_max) {
                 Ok(Check::Complete { body_bytes }) => break body_bytes,
                 Ok(Check::NeedPrefix) => {
                     if fill(&mut socket, &mut buffered, READ_CHUNK_BYTES).await? == 0 {
@@ -161,8 +162,8 @@ async fn read_requests<H: Handler>(
             .acquire_static_permit(body_bytes as u64)
             .await
             .map_err(|_| io::Error::other("request budget closed"))?;
-        buffered.advance(LENGTH_PREFIX_BYTES);
-        let body = buffered.split_to(body_bytes).freeze();
+        buffered.skip(LENGTH_PREFIX_BYTES);
+        let body = buffered.take(body_bytes);
         let slot = match decode_request(body, apis) {
             Ok(mut request) => {
                 request.peer = peer_addr;
@@ -229,14 +230,12 @@ async fn write_answers(
     socket.flush().await
 }
 
-/// Reads at least one byte (up to `want`) onto the end of `buffered`; 0 means end of stream.
-async fn fill(socket: &mut Half, buffered: &mut BytesMut, want: usize) -> io::Result<usize> {
-    let start = buffered.len();
-    buffered.resize(start + want, 0);
-    let result = socket.read(&mut buffered[start..]).await;
-    let read_bytes = *result.as_ref().unwrap_or(&0);
-    buffered.truncate(start + read_bytes);
-    result
+/// Reads at least one byte (room is made for `want`) onto the end of `buffered`; 0 means
+/// end of stream.
+async fn fill(socket: &mut Half, buffered: &mut ReadBuffer, want: usize) -> io::Result<usize> {
+    let read_bytes = socket.read(buffered.spare(want)).await?;
+    buffered.commit(read_bytes);
+    Ok(read_bytes)
 }
 
 fn is_disconnect(error: &io::Error) -> bool {

@@ -14,6 +14,7 @@
 
 pub mod connection;
 pub mod frame;
+mod read_buffer;
 pub mod request;
 pub mod response;
 pub mod versions;

@@ -431,9 +431,9 @@ impl State {
                 ) as usize;
                 // Heap-backed aligned memory: glommio's io arena is tiny and these buffers live
                 // on in the cache.
+                // Not zeroed here: only the padding past the data is, when the chunk is
+                // written (zeroing whole chunks cost ~8% of a shard at 7 M msgs/s).
                 let mut buf = glommio::allocate_dma_buffer_global(capacity_bytes);
-                // Zeroed so the padding written past the logical end is zeros.
-                buf.as_bytes_mut().fill(0);
                 buf.as_bytes_mut()[..head_bytes].copy_from_slice(&head[..head_bytes]);
                 Chunk {
                     segment_base_offset,
@@ -501,7 +501,11 @@ impl State {
                 }
                 match std::mem::replace(&mut chunk.buf, ChunkBuf::InFlightHeap) {
                     ChunkBuf::Dma(mut buf) => {
-                        buf.trim_to_size(align_up(chunk.len as u64) as usize);
+                        // O_DIRECT writes whole blocks: the padding past the data is zeros,
+                        // which recovery reads as the end of the segment.
+                        let written_bytes = align_up(chunk.len as u64) as usize;
+                        buf.as_bytes_mut()[chunk.len..written_bytes].fill(0);
+                        buf.trim_to_size(written_bytes);
                         let buf = Rc::new(buf);
                         chunk.buf = ChunkBuf::InFlightDma(buf.clone());
                         Job::Direct { chunk: info, buf }
