@@ -12,8 +12,8 @@
 #   KEEP_DATA=1 scripts/bench.sh                      keep the node's log dir and log
 #   RINGLOG_BIN=path/to/ringlog scripts/bench.sh      use that broker binary instead of building one
 #
-# Defaults: the node gets 1 core (RINGLOG_CORES), leaving the other core of a 2-core machine to
-# the generator; the report goes to target/bench-reports/<UTC date>.
+# Defaults: the node gets 1 core (RINGLOG_CORES), pinned to the first CPUs with taskset, and
+# the generator the remaining CPUs; the report goes to target/bench-reports/<UTC date>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +54,17 @@ listener="PLAINTEXT://127.0.0.1:$port"
 io_mode=()
 [ -n "${LOG_IO_MODE:-}" ] && io_mode=(--set "log.io.mode=$LOG_IO_MODE")
 
+# Keep the node and the generator on separate CPUs: both pin one executor per CPU they may
+# use, so without this they would share the first CPU.
+cpus=$(nproc)
+node_cpus=(); bench_cpus=()
+if [ "$cpus" -gt "$cores" ]; then
+    node_cpus=(taskset -c "0-$((cores - 1))")
+    bench_cpus=(taskset -c "$cores-$((cpus - 1))")
+fi
+
 echo "==> starting ringlog on 127.0.0.1:$port ($cores core(s), data in $dir)" >&2
-"$ringlog" serve --cores "$cores" \
+"${node_cpus[@]}" "$ringlog" serve --cores "$cores" \
     --set "log.dirs=$dir/data" --set "listeners=$listener" --set "advertised.listeners=$listener" \
     "${io_mode[@]}" >"$dir/ringlog.log" 2>&1 &
 pid=$!
@@ -82,7 +91,7 @@ fi
 
 echo "==> ringlog-bench matrix -> $out" >&2
 status=0
-"$target/release/ringlog-bench" matrix --bootstrap-server "127.0.0.1:$port" --output "$out" \
+"${bench_cpus[@]}" "$target/release/ringlog-bench" matrix --bootstrap-server "127.0.0.1:$port" --output "$out" \
     --broker-label "$label" "$@" >/dev/null || status=$?
 
 if [ -f "$out/table.txt" ]; then

@@ -23,10 +23,14 @@ const _: () = assert!(
     "cores + setup executor fit in 8 MiB"
 );
 
+/// CPUs this process may use (its affinity mask, so `taskset` keeps the generator off the
+/// broker's cores), in ascending order.
+fn usable_cpus() -> Vec<usize> {
+    shard::executor::online_cpus()
+}
+
 pub fn online_cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    usable_cpus().len()
 }
 
 /// `requested` cores (0 = all), capped at the online CPUs and at `useful` (e.g. connections).
@@ -46,19 +50,20 @@ pub fn run_local<T, F: Future<Output = T>>(fut: F) -> Result<T> {
     Ok(ex.run(fut))
 }
 
-/// Runs `make(core)` on executors pinned to cores `0..cores` and returns their outputs in
-/// core order.
+/// Runs `make(core)` on executors pinned to the first `cores` usable CPUs and returns their
+/// outputs in core order.
 pub fn run_on_cores<T, F, Fut>(cores: usize, make: F) -> Result<Vec<T>>
 where
     T: Send + 'static,
     F: Fn(usize) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = T> + 'static,
 {
-    assert!(cores >= 1 && cores <= online_cores());
+    let cpus = usable_cpus();
+    assert!(cores >= 1 && cores <= cpus.len());
     let mut handles = Vec::with_capacity(cores);
-    for core in 0..cores {
+    for (core, cpu) in cpus.into_iter().take(cores).enumerate() {
         let make = make.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(core))
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .io_memory(IO_MEMORY_BYTES)
             .name(&format!("bench-core{core}"))
             .spawn(move || make(core))

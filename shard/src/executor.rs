@@ -32,15 +32,33 @@ pub enum StartError {
     Panicked(ShardId),
 }
 
-/// Online CPU ids, in ascending order.
+/// CPU ids this process may run on (its affinity mask, e.g. from `taskset`), in ascending
+/// order; the online CPUs when the mask cannot be read.
 pub fn online_cpus() -> Vec<usize> {
-    let mut cpus: Vec<usize> = match CpuSet::online() {
+    let mut cpus = allowed_cpus().unwrap_or_else(|| match CpuSet::online() {
         Ok(set) => set.into_iter().map(|location| location.cpu).collect(),
         Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
-    };
+    });
     cpus.sort_unstable();
     cpus.dedup();
     cpus
+}
+
+/// The calling thread's CPU affinity mask.
+fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size into it.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    // SAFETY: CPU_ISSET only reads the set initialised above.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect();
+    (!cpus.is_empty()).then_some(cpus)
 }
 
 /// Runs `shard_main(id)` on every shard and waits for all of them to return.
