@@ -233,7 +233,7 @@ impl BrokerConfig {
                 usize::MAX / 2,
             )?,
         };
-        let io_mode = match get("log.io.mode").unwrap_or("buffered") {
+        let io_mode = match get("log.io.mode").unwrap_or("direct") {
             "direct" => IoMode::Direct,
             "buffered" => IoMode::Buffered,
             other => {
@@ -526,6 +526,7 @@ mod tests {
         assert_eq!(config.log_dir, PathBuf::from("./data"));
         assert!(config.auto_create_topics);
         assert_eq!(config.topic_defaults["max.message.bytes"], "1048588");
+        assert!(matches!(config.io_mode, IoMode::Direct), "the faster mode is the default");
     }
 
     #[test]
