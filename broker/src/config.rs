@@ -526,7 +526,10 @@ mod tests {
         assert_eq!(config.log_dir, PathBuf::from("./data"));
         assert!(config.auto_create_topics);
         assert_eq!(config.topic_defaults["max.message.bytes"], "1048588");
-        assert!(matches!(config.io_mode, IoMode::Direct), "the faster mode is the default");
+        assert!(
+            matches!(config.io_mode, IoMode::Direct),
+            "the faster mode is the default"
+        );
     }
 
     #[test]
