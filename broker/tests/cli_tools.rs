@@ -555,11 +555,14 @@ fn two_members_of_a_group_split_the_partitions() {
     let members = [spawn_member(), spawn_member()];
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let described = ok(&node, &["group", "describe", "split"], "");
-        let stable_with_two = described
-            .lines()
-            .nth(1)
-            .is_some_and(|l| l.split_whitespace().rev().take(2).eq(["2", "Stable"]));
+        // Until a member's JoinGroup lands the group does not exist, and describe says so.
+        let output = ringlog(&node, &["group", "describe", "split"], "");
+        let described = String::from_utf8_lossy(&output.stdout).to_string();
+        let stable_with_two = output.status.success()
+            && described
+                .lines()
+                .nth(1)
+                .is_some_and(|l| l.split_whitespace().rev().take(2).eq(["2", "Stable"]));
         if stable_with_two {
             break;
         }
