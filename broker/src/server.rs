@@ -118,6 +118,9 @@ async fn shard_main(
 ) -> anyhow::Result<()> {
     let apis = Rc::new(supported_apis());
     let shard = Rc::new(Shard::new(router, config.clone(), apis.clone(), controller));
+    // Read before the inbox runs: a shutdown that arrives while the shard is still starting
+    // must not be missed by the accept loop below.
+    let stopping = shard.stopping.generation();
     let inbox = glommio::spawn_local({
         let shard = shard.clone();
         async move { shard.router.serve(shard.clone()).await }
@@ -150,7 +153,6 @@ async fn shard_main(
         in_flight_max: config.in_flight_requests_max,
         idle_timeout: config.idle_timeout,
     };
-    let stopping = shard.stopping.generation();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stopping.changed_since(stopping).await;
