@@ -4,6 +4,7 @@
 //! maps storage and metadata failures onto them in one place.
 
 use kafka_protocol::error::ResponseError;
+use storage::batch::BatchError;
 use storage::{AppendError, ReadError, StorageError};
 
 pub const NONE: i16 = 0;
@@ -15,6 +16,12 @@ pub fn code(error: ResponseError) -> i16 {
 /// The Kafka error for a failed append.
 pub fn append_error(error: &AppendError) -> i16 {
     match error {
+        AppendError::Batch(BatchError::BatchTooLarge { .. }) => {
+            code(ResponseError::MessageTooLarge)
+        }
+        AppendError::Batch(BatchError::RecordsTooLarge { .. }) => {
+            code(ResponseError::RecordListTooLarge)
+        }
         AppendError::Batch(_) => code(ResponseError::CorruptMessage),
         AppendError::Storage(storage) => storage_error(storage),
     }

@@ -10,7 +10,6 @@ use std::rc::Rc;
 use glommio::sync::Semaphore;
 use kafka_protocol::error::ResponseError;
 use shard::Notify;
-use storage::batch::{BatchHeader, BATCH_HEADER_BYTES};
 use storage::{AppendError, AppendInfo, Log, StorageError};
 use uuid::Uuid;
 
@@ -23,8 +22,6 @@ pub struct Partition {
     pub appended: Notify,
     /// One permit: whose turn it is to append.
     append_turn: Semaphore,
-    /// `max.message.bytes` of the topic: the largest record batch accepted.
-    pub message_bytes_max: usize,
 }
 
 /// Outcome of appending one partition's records, in Kafka's terms.
@@ -35,14 +32,13 @@ pub struct AppendOutcome {
 }
 
 impl Partition {
-    pub fn new(topic_id: Uuid, index: i32, log: Log, message_bytes_max: usize) -> Rc<Partition> {
+    pub fn new(topic_id: Uuid, index: i32, log: Log) -> Rc<Partition> {
         Rc::new(Partition {
             topic_id,
             index,
             log,
             appended: Notify::new(),
             append_turn: Semaphore::new(1),
-            message_bytes_max,
         })
     }
 
@@ -50,8 +46,9 @@ impl Partition {
         self.log.log_end_offset()
     }
 
-    /// Appends `records` (one or more v2 batches). Batches above `max.message.bytes` are
-    /// refused before anything is stored. Does not wait for the disk, except when appends
+    /// Appends `records` (one or more v2 batches). The log refuses them all, storing
+    /// nothing, if one is invalid (CORRUPT_MESSAGE) or above the topic's `max.message.bytes`
+    /// (MESSAGE_TOO_LARGE). Does not wait for the disk, except when appends
     /// outrun it: then the write queue is full, and the append waits for it to drain.
     ///
     /// Appends take turns in arrival order (a FIFO semaphore), so an append that waits for
@@ -62,9 +59,6 @@ impl Partition {
             base_offset: -1,
             log_start_offset: self.log.log_start_offset(),
         };
-        if let Some(error_code) = self.oversized(records) {
-            return refused(error_code);
-        }
         let Ok(_turn) = self.append_turn.acquire_permit(1).await else {
             return refused(errors::code(ResponseError::NotLeaderOrFollower));
         };
@@ -100,23 +94,5 @@ impl Partition {
                 errors::storage_error(&error)
             }
         }
-    }
-
-    /// MESSAGE_TOO_LARGE if any batch exceeds `max.message.bytes`; other problems with the
-    /// bytes are left to the log's validation (CORRUPT_MESSAGE).
-    fn oversized(&self, records: &[u8]) -> Option<i16> {
-        let mut position = 0;
-        while position < records.len() {
-            let header = BatchHeader::parse(&records[position..]).ok()?;
-            let batch_bytes = header.total_bytes();
-            if batch_bytes < BATCH_HEADER_BYTES {
-                return None; // a lying length: validation reports it
-            }
-            if batch_bytes > self.message_bytes_max {
-                return Some(errors::code(ResponseError::MessageTooLarge));
-            }
-            position += batch_bytes;
-        }
-        None
     }
 }

@@ -170,15 +170,15 @@ impl Shard {
             ) as u32,
             io_mode: self.config.io_mode,
             write_buffer_bytes_max: self.config.write_buffer_bytes_max,
+            batch_bytes_max: number("max.message.bytes", self.config.message_bytes_max as u64)
+                as usize,
         };
         let dir = self
             .config
             .log_dir
             .join(format!("{}-{}", topic.name, index));
         let log = Log::open(dir, log_config, self.cache.clone()).await?;
-        let message_bytes_max =
-            number("max.message.bytes", self.config.message_bytes_max as u64) as usize;
-        Ok(Partition::new(topic.id, index, log, message_bytes_max))
+        Ok(Partition::new(topic.id, index, log))
     }
 
     /// Flushes and closes every log; the shard serves nothing afterwards.

@@ -58,6 +58,12 @@ pub enum BatchError {
     },
     #[error("unsupported compression codec {0}")]
     UnsupportedCompression(u8),
+    /// One batch above the log's `batch_bytes_max` (Kafka: MESSAGE_TOO_LARGE).
+    #[error("record batch of {batch_bytes} bytes exceeds {batch_bytes_max}")]
+    BatchTooLarge {
+        batch_bytes: usize,
+        batch_bytes_max: usize,
+    },
     /// One append larger than a whole segment (Kafka: RECORD_LIST_TOO_LARGE).
     #[error("{records_bytes} bytes of records exceed segment_bytes_max {segment_bytes_max}")]
     RecordsTooLarge {

@@ -71,6 +71,8 @@ pub struct LogConfig {
     pub io_mode: IoMode,
     /// Size of one coalescing write buffer of the partition.
     pub write_buffer_bytes_max: usize,
+    /// max.message.bytes: the largest record batch an append accepts.
+    pub batch_bytes_max: usize,
 }
 
 impl Default for LogConfig {
@@ -81,6 +83,7 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             io_mode: IoMode::default(),
             write_buffer_bytes_max: 1 << 20,
+            batch_bytes_max: BATCH_BYTES_MAX,
         }
     }
 }
@@ -1068,6 +1071,13 @@ impl Log {
         let mut batch_count = 0;
         for item in BatchIter::new(records) {
             let (header, _) = item?;
+            if header.total_bytes() > config.batch_bytes_max {
+                return Err(BatchError::BatchTooLarge {
+                    batch_bytes: header.total_bytes(),
+                    batch_bytes_max: config.batch_bytes_max,
+                }
+                .into());
+            }
             // Kafka's produce check: a producer's batch has one offset per record.
             if i64::from(header.record_count) != i64::from(header.last_offset_delta) + 1 {
                 return Err(BatchError::InvalidRecordCount {

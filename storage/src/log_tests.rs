@@ -172,6 +172,33 @@ fn invalid_batches_store_nothing() {
 }
 
 #[test]
+fn batches_above_the_limit_store_nothing() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let small = batch(1, 1_000);
+        let config = LogConfig {
+            batch_bytes_max: small.len(),
+            ..config(IoMode::Buffered)
+        };
+        let log = open(dir.path(), config).await;
+        let mut request = small.clone();
+        request.extend_from_slice(&batch(2, 1_000));
+        match log.append(&request, 0, 0) {
+            Err(AppendError::Batch(BatchError::BatchTooLarge {
+                batch_bytes_max, ..
+            })) => {
+                assert_eq!(batch_bytes_max, small.len())
+            }
+            other => panic!("expected BatchTooLarge, got {other:?}"),
+        }
+        assert_eq!(log.log_end_offset(), 0, "nothing of the request was stored");
+        log.append(&small, 0, 0)
+            .expect("a batch at the limit is accepted");
+        assert_eq!(log.log_end_offset(), 1);
+    });
+}
+
+#[test]
 fn segments_roll_by_size() {
     for mode in modes() {
         run(move || async move {
