@@ -13,6 +13,7 @@
 //!   ([`SupportedApis`]); anything else is refused the way Kafka refuses it.
 
 pub mod connection;
+pub mod consumer_protocol;
 pub mod frame;
 mod read_buffer;
 pub mod request;

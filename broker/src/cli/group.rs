@@ -21,7 +21,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::client::Cluster;
 use super::error::{check, code_of};
-use super::member::{decode_assignment, PROTOCOL_TYPE};
 use super::offsets::{self, TopicPartition, ADMIN, EARLIEST, LATEST};
 use super::reset_offsets::{
     lookup_time, parse_datetime, parse_duration_ms, parse_topic_selection, plan, PartitionOffsets,
@@ -29,6 +28,7 @@ use super::reset_offsets::{
 };
 use super::table::Table;
 use super::Connect;
+use net::consumer_protocol::{decode_assignment, PROTOCOL_TYPE};
 
 #[derive(clap::Args, Debug)]
 pub struct GroupArgs {

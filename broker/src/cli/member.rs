@@ -5,37 +5,26 @@
 //! - The member owns partitions only between a successful SyncGroup and the next
 //!   rebalance; [`Member::heartbeat`] reports a rebalance so the caller commits what it
 //!   consumed (eager protocol) before rejoining.
-//! - The range assignor is Java's: per topic, subscribers sorted by member id, each gets
-//!   `partitions / members` consecutive partitions and the first `partitions % members`
-//!   one more; members beyond the partition count get none.
-//! - Subscription and assignment bytes are Kafka's ConsumerProtocol (a version, then the
-//!   struct); higher versions from newer members decode as the highest this codec knows.
+//! - Subscriptions and assignments are Kafka's ConsumerProtocol bytes, and the leader
+//!   assigns with Java's range assignor ([`net::consumer_protocol`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::consumer_protocol_assignment::{
-    ConsumerProtocolAssignment, TopicPartition as AssignedTopic,
-};
+use anyhow::{bail, Result};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ConsumerProtocolSubscription, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-    SyncGroupRequest,
+    GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
+use kafka_protocol::protocol::StrBytes;
+use net::consumer_protocol::{
+    decode_assignment, encode_subscription, leader_assignments, PROTOCOL_TYPE, RANGE as ASSIGNOR,
+};
 
-use super::client::{topic_name, Cluster};
+use super::client::Cluster;
 use super::error::{check, code_of};
 use super::offsets::{self, Committer, TopicPartition};
-
-pub const PROTOCOL_TYPE: &str = "consumer";
-pub const ASSIGNOR: &str = "range";
-/// ConsumerProtocol version this member writes: v0 is understood by every consumer.
-const CONSUMER_PROTOCOL_VERSION: i16 = 0;
 
 /// Kafka error codes the member reacts to.
 mod codes {
@@ -172,30 +161,11 @@ impl Member {
         }
 
         let assignments = if joined.leader == joined.member_id {
-            let mut subscriptions = BTreeMap::new();
-            for member in &joined.members {
-                let topics = decode_subscription(member.metadata.clone())
-                    .with_context(|| format!("subscription of member {}", member.member_id))?;
-                subscriptions.insert(member.member_id.to_string(), topics);
-            }
-            let mut partition_counts = BTreeMap::new();
-            for topic in subscriptions.values().flatten() {
-                if !partition_counts.contains_key(topic) {
-                    // A topic that does not exist (yet) simply has nothing to assign.
-                    let count = cluster
-                        .topic(topic)
-                        .map_or(0, |t| t.partitions.len() as i32);
-                    partition_counts.insert(topic.clone(), count);
-                }
-            }
-            let plan = range_assign(&subscriptions, &partition_counts);
-            plan.iter()
-                .map(|(member_id, assignment)| {
-                    Ok(SyncGroupRequestAssignment::default()
-                        .with_member_id(StrBytes::from_string(member_id.clone()))
-                        .with_assignment(encode_assignment(assignment)?))
-                })
-                .collect::<Result<Vec<_>>>()?
+            leader_assignments(&joined.members, |topic| {
+                cluster
+                    .topic(topic)
+                    .map_or(0, |t| t.partitions.len() as i32)
+            })?
         } else {
             Vec::new()
         };
@@ -302,196 +272,15 @@ impl Member {
     }
 }
 
-/// Java's RangeAssignor: member id → topic → partitions. Every member gets an entry.
-pub fn range_assign(
-    subscriptions: &BTreeMap<String, Vec<String>>,
-    partition_counts: &BTreeMap<String, i32>,
-) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
-    let mut plan: BTreeMap<String, BTreeMap<String, Vec<i32>>> = subscriptions
-        .keys()
-        .map(|member| (member.clone(), BTreeMap::new()))
-        .collect();
-    for (topic, count) in partition_counts {
-        // BTreeMap keys are sorted, so subscribers come in member-id order.
-        let subscribers: Vec<&String> = subscriptions
-            .iter()
-            .filter(|(_, topics)| topics.contains(topic))
-            .map(|(member, _)| member)
-            .collect();
-        if subscribers.is_empty() || *count <= 0 {
-            continue;
-        }
-        let members = subscribers.len() as i32;
-        let (per_member, extra) = (count / members, count % members);
-        for (i, member) in subscribers.into_iter().enumerate() {
-            let i = i as i32;
-            let start = per_member * i + i.min(extra);
-            let length = per_member + i32::from(i < extra);
-            if length > 0 {
-                // Every subscriber got an entry when the plan was created.
-                let assigned = plan.get_mut(member).expect("member in plan");
-                assigned.insert(topic.clone(), (start..start + length).collect());
-            }
-        }
-    }
-    plan
-}
-
-pub fn encode_subscription(topics: &[String]) -> Result<Bytes> {
-    let subscription = ConsumerProtocolSubscription::default().with_topics(
-        topics
-            .iter()
-            .map(|t| StrBytes::from_string(t.clone()))
-            .collect(),
-    );
-    let mut out = BytesMut::new();
-    out.put_i16(CONSUMER_PROTOCOL_VERSION);
-    subscription.encode(&mut out, CONSUMER_PROTOCOL_VERSION)?;
-    Ok(out.freeze())
-}
-
-pub fn decode_subscription(mut bytes: Bytes) -> Result<Vec<String>> {
-    let version = consumer_protocol_version::<ConsumerProtocolSubscription>(&mut bytes)?;
-    let subscription = ConsumerProtocolSubscription::decode(&mut bytes, version)?;
-    Ok(subscription.topics.iter().map(|t| t.to_string()).collect())
-}
-
-pub fn encode_assignment(assignment: &BTreeMap<String, Vec<i32>>) -> Result<Bytes> {
-    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
-        assignment
-            .iter()
-            .map(|(topic, partitions)| {
-                AssignedTopic::default()
-                    .with_topic(topic_name(topic))
-                    .with_partitions(partitions.clone())
-            })
-            .collect(),
-    );
-    let mut out = BytesMut::new();
-    out.put_i16(CONSUMER_PROTOCOL_VERSION);
-    assignment.encode(&mut out, CONSUMER_PROTOCOL_VERSION)?;
-    Ok(out.freeze())
-}
-
-/// Topic → partitions; empty bytes (a member left without partitions) mean none.
-pub fn decode_assignment(mut bytes: Bytes) -> Result<BTreeMap<String, Vec<i32>>> {
-    if bytes.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let version = consumer_protocol_version::<ConsumerProtocolAssignment>(&mut bytes)?;
-    let assignment = ConsumerProtocolAssignment::decode(&mut bytes, version)?;
-    let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    for topic in assignment.assigned_partitions {
-        let partitions = topics.entry(topic.topic.0.to_string()).or_default();
-        partitions.extend(topic.partitions);
-        partitions.sort_unstable();
-        partitions.dedup();
-    }
-    Ok(topics)
-}
-
-fn consumer_protocol_version<M: Message>(bytes: &mut Bytes) -> Result<i16> {
-    if bytes.remaining() < 2 {
-        return Err(anyhow!("consumer protocol bytes end before their version"));
-    }
-    let version = bytes.get_i16();
-    if version < M::VERSIONS.min {
-        bail!("consumer protocol version {version} is unknown");
-    }
-    Ok(version.min(M::VERSIONS.max))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn subscriptions(members: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
-        members
-            .iter()
-            .map(|(m, topics)| {
-                (
-                    m.to_string(),
-                    topics.iter().map(|t| t.to_string()).collect(),
-                )
-            })
-            .collect()
-    }
-
-    fn counts(topics: &[(&str, i32)]) -> BTreeMap<String, i32> {
-        topics.iter().map(|(t, n)| (t.to_string(), *n)).collect()
-    }
-
-    #[test]
-    fn range_splits_consecutive_partitions_in_member_order() {
-        let plan = range_assign(
-            &subscriptions(&[("b", &["t"]), ("a", &["t"])]),
-            &counts(&[("t", 5)]),
-        );
-        assert_eq!(plan["a"]["t"], [0, 1, 2]);
-        assert_eq!(plan["b"]["t"], [3, 4]);
-    }
-
-    #[test]
-    fn range_leaves_extra_members_idle() {
-        let members: Vec<(String, Vec<String>)> = (0..5)
-            .map(|i| (format!("m{i}"), vec!["t".to_string()]))
-            .collect();
-        let plan = range_assign(&members.into_iter().collect(), &counts(&[("t", 2)]));
-        assert_eq!(plan.len(), 5);
-        let busy: Vec<&String> = plan
-            .iter()
-            .filter(|(_, a)| !a.is_empty())
-            .map(|(m, _)| m)
-            .collect();
-        assert_eq!(busy, ["m0", "m1"]);
-        assert_eq!(plan["m0"]["t"], [0]);
-        assert_eq!(plan["m1"]["t"], [1]);
-    }
-
-    #[test]
-    fn range_assigns_each_topic_to_its_subscribers_only() {
-        let plan = range_assign(
-            &subscriptions(&[("a", &["x", "y"]), ("b", &["y"])]),
-            &counts(&[("x", 2), ("y", 2), ("z", 3)]),
-        );
-        assert_eq!(plan["a"]["x"], [0, 1]);
-        assert_eq!(plan["a"]["y"], [0]);
-        assert_eq!(plan["b"]["y"], [1]);
-        assert!(!plan["b"].contains_key("x"));
-    }
-
-    #[test]
-    fn consumer_protocol_round_trips() {
-        let topics = vec!["orders".to_string(), "payments".to_string()];
-        let bytes = encode_subscription(&topics).unwrap();
-        assert_eq!(&bytes[..2], &[0, 0], "version prefix");
-        assert_eq!(decode_subscription(bytes).unwrap(), topics);
-
-        let mut assignment = BTreeMap::new();
-        assignment.insert("orders".to_string(), vec![0, 2]);
-        let bytes = encode_assignment(&assignment).unwrap();
-        assert_eq!(decode_assignment(bytes).unwrap(), assignment);
-        assert!(decode_assignment(Bytes::new()).unwrap().is_empty());
-    }
-
-    #[test]
-    fn newer_consumer_protocol_versions_decode() {
-        // A v1 subscription (as Java 2.4+ sends): topics, user data, owned partitions.
-        let subscription = ConsumerProtocolSubscription::default()
-            .with_topics(vec![StrBytes::from_static_str("orders")]);
-        let mut bytes = BytesMut::new();
-        bytes.put_i16(1);
-        subscription.encode(&mut bytes, 1).unwrap();
-        assert_eq!(decode_subscription(bytes.freeze()).unwrap(), ["orders"]);
-        assert!(decode_subscription(Bytes::from_static(&[0])).is_err());
-    }
-
     mod scripted {
         //! The member against a scripted coordinator, at the newest and the oldest versions
         //! this client speaks, so every version branch of the group requests is exercised.
 
         use std::sync::{Arc, Mutex};
 
+        use bytes::Bytes;
         use kafka_protocol::messages::find_coordinator_response::Coordinator;
         use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
         use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -575,8 +364,10 @@ mod tests {
                     ResponseKind::FindCoordinator(response)
                 }
                 RequestKind::JoinGroup(request) => {
-                    let topics =
-                        decode_subscription(request.protocols[0].metadata.clone()).unwrap();
+                    let topics = net::consumer_protocol::decode_subscription(
+                        request.protocols[0].metadata.clone(),
+                    )
+                    .unwrap();
                     seen.joins.push((
                         request.member_id.to_string(),
                         request.rebalance_timeout_ms,
