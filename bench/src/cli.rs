@@ -137,7 +137,12 @@ pub struct ConsumeArgs {
     /// Bytes per partition per Fetch.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub fetch_max_bytes: i32,
-    /// Consumer group (not supported yet: fetches use explicit offsets).
+    /// Consumer connections, spread over cores; default one per core, at most one per
+    /// partition without --group. With --group, each is a member of the group.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub consumers: Option<u32>,
+    /// Consumer group to join (Kafka's classic protocol, range assignor): members start from
+    /// the group's committed offsets (else --from), commit every 5 s and when they stop.
     #[arg(long)]
     pub group: Option<String>,
     /// Check every batch's CRC-32C.
@@ -171,6 +176,10 @@ pub struct MatrixArgs {
     /// A name for the broker under test, recorded with its address.
     #[arg(long, default_value = "")]
     pub broker_label: String,
+    /// Keep each run's topic; by default it is deleted once counted, so that a long matrix
+    /// does not fill the broker's disk.
+    #[arg(long)]
+    pub keep_topics: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

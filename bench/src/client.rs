@@ -20,8 +20,9 @@ use glommio::net::TcpStream;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     create_topics_request, fetch_request, list_offsets_request, metadata_request, ApiKey,
-    ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest, FetchRequest,
-    FetchResponse, ListOffsetsRequest, MetadataRequest, RequestHeader, ResponseHeader, TopicName,
+    ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
+    FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, RequestHeader,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
@@ -30,24 +31,42 @@ pub const FRAME_BYTES_MAX: usize = 256 * 1024 * 1024;
 pub const CLIENT_ID: &str = "ringlog-bench";
 
 /// (api, lowest, highest) versions this client can speak. Produce stops at 12 and Fetch at 12
-/// because later versions name topics by id only.
-const WANTED: [(ApiKey, i16, i16); 6] = [
+/// because later versions name topics by id only; OffsetFetch stops at 7, before groups
+/// became an array.
+const WANTED: [(ApiKey, i16, i16); 14] = [
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 5),
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 1, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::OffsetCommit, 2, 8),
 ];
 
-/// Negotiated versions for one broker.
+/// Negotiated versions for one broker; -1 for an optional API the broker does not offer in
+/// the wanted range (the call that needs it says so).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Versions {
     pub metadata: i16,
     pub create_topics: i16,
+    pub delete_topics: i16,
     pub produce: i16,
     pub fetch: i16,
     pub list_offsets: i16,
+    pub find_coordinator: i16,
+    pub join_group: i16,
+    pub sync_group: i16,
+    pub heartbeat: i16,
+    pub leave_group: i16,
+    pub offset_fetch: i16,
+    pub offset_commit: i16,
 }
 
 impl Versions {
@@ -70,12 +89,21 @@ impl Versions {
             }
             Ok(v)
         };
+        let optional = |api: ApiKey| pick(api).unwrap_or(-1);
         Ok(Versions {
             metadata: pick(ApiKey::Metadata)?,
-            create_topics: pick(ApiKey::CreateTopics).unwrap_or(-1),
+            create_topics: optional(ApiKey::CreateTopics),
+            delete_topics: optional(ApiKey::DeleteTopics),
             produce: pick(ApiKey::Produce)?,
-            fetch: pick(ApiKey::Fetch).unwrap_or(-1),
-            list_offsets: pick(ApiKey::ListOffsets).unwrap_or(-1),
+            fetch: optional(ApiKey::Fetch),
+            list_offsets: optional(ApiKey::ListOffsets),
+            find_coordinator: optional(ApiKey::FindCoordinator),
+            join_group: optional(ApiKey::JoinGroup),
+            sync_group: optional(ApiKey::SyncGroup),
+            heartbeat: optional(ApiKey::Heartbeat),
+            leave_group: optional(ApiKey::LeaveGroup),
+            offset_fetch: optional(ApiKey::OffsetFetch),
+            offset_commit: optional(ApiKey::OffsetCommit),
         })
     }
 }
@@ -313,6 +341,24 @@ impl Connection {
         Ok(())
     }
 
+    /// Deletes `topic` and its data; a topic that is already gone is not an error.
+    pub async fn delete_topic(&mut self, topic: &str) -> Result<()> {
+        if self.versions.delete_topics < 0 {
+            bail!("broker offers no DeleteTopics version this bench speaks");
+        }
+        let request = DeleteTopicsRequest::default()
+            .with_topic_names(vec![topic_name(topic)])
+            .with_timeout_ms(30_000);
+        let response = self.call(self.versions.delete_topics, &request).await?;
+        for t in &response.responses {
+            // UNKNOWN_TOPIC_OR_PARTITION (3): nothing left to delete.
+            if t.error_code != 0 && t.error_code != 3 {
+                bail!("DeleteTopics {topic}: {}", error_name(t.error_code));
+            }
+        }
+        Ok(())
+    }
+
     /// Finds the leaders of `topic`, creating it with `partitions` partitions when missing.
     pub async fn ensure_topic(
         &mut self,
@@ -485,6 +531,7 @@ mod tests {
             (v.metadata, v.produce, v.fetch, v.list_offsets),
             (9, 11, 12, 7)
         );
+        assert_eq!((v.join_group, v.offset_fetch), (-1, -1), "not offered");
         assert!(
             Versions::negotiate(&[(18, 0, 4), (3, 0, 9)]).is_err(),
             "no Produce"

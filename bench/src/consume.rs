@@ -1,48 +1,105 @@
-//! `consume`: fetch throughput from earliest or latest, one connection per core, each owning
-//! a share of the partitions and fetching them from their leader with explicit offsets.
+//! `consume`: fetch throughput from earliest or latest, with explicit offsets or as members
+//! of a consumer group. Consumers are spread over cores; each fetches its partitions from
+//! their leaders.
 //!
 //! Invariants:
 //! - Records are counted from v2 batch headers (record count, control flag), never decoded one
 //!   by one; `--verify-crc` also checks every batch's CRC-32C.
 //! - A partition's position only moves to the offset after the last whole batch received, so
-//!   a batch is never counted twice.
-//! - From earliest without --messages, the run ends when every partition reaches the log end
-//!   offset it had at the start (or at --duration); from latest it runs for --duration.
-//! - Consumer groups are not implemented: `--group` is refused, not ignored.
+//!   a batch is never counted twice by one consumer. In a group a rebalance may hand a
+//!   partition over before its last position was committed; the next owner then reads those
+//!   records again (Kafka's at-least-once), and they are counted again.
+//! - From earliest without --messages, the run ends when every partition has been consumed
+//!   up to the log end offset it had at the start (or at --duration); from latest it runs for
+//!   --duration. Progress is shared across consumers, so the end holds across rebalances.
+//! - The measured window starts at the first Fetch, after any group join.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 
 use crate::cli::{ConsumeArgs, StartFrom};
 use crate::client::{self, error_name, Connection, PartitionLeader};
 use crate::cores::{self, Counters, Progress};
+use crate::group::{self, Member};
 use crate::pacing::clock;
-use crate::produce::{assign, Tally};
+use crate::produce::Tally;
 use crate::report::{self, Latency, Summary};
+
+/// Kafka's `auto.commit.interval.ms` default.
+const COMMIT_INTERVAL: Duration = Duration::from_secs(5);
+/// How long Fetch may wait at the broker for data (Kafka's `fetch.max.wait.ms` default).
+const FETCH_MAX_WAIT_MS: i32 = 500;
 
 struct Plan {
     topic: String,
-    /// (partition, start offset, stop offset or None)
+    bootstrap: SocketAddr,
+    group: Option<String>,
+    leaders: Vec<PartitionLeader>,
+    /// partition → (start offset, stop offset or None)
     positions: BTreeMap<i32, (i64, Option<i64>)>,
+    /// partition → furthest position any consumer reached.
+    reached: BTreeMap<i32, AtomicI64>,
     messages: Option<u64>,
-    end_ns: u64,
+    duration_ns: u64,
+    /// When the first Fetch was sent (0 until then): the measured window's start.
+    first_fetch_ns: AtomicU64,
     partition_bytes_max: i32,
     verify_crc: bool,
     consumed: AtomicU64,
 }
 
+impl Plan {
+    fn leader_of(&self, partition: i32) -> Option<SocketAddr> {
+        self.leaders
+            .iter()
+            .find(|l| l.partition == partition)
+            .map(|l| l.leader)
+    }
+
+    fn stop_of(&self, partition: i32) -> Option<i64> {
+        self.positions.get(&partition).and_then(|x| x.1)
+    }
+
+    fn reach(&self, partition: i32, position: i64) {
+        if let Some(r) = self.reached.get(&partition) {
+            r.fetch_max(position, Ordering::Relaxed);
+        }
+    }
+
+    fn started(&self, now_ns: u64) {
+        let _ = self.first_fetch_ns.compare_exchange(
+            0,
+            now_ns.max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Whether the run is over, for every consumer.
+    fn done(&self) -> bool {
+        let first = self.first_fetch_ns.load(Ordering::Relaxed);
+        let by_time = first != 0 && clock::now_ns() >= first + self.duration_ns;
+        let by_count = self
+            .messages
+            .is_some_and(|m| self.consumed.load(Ordering::Relaxed) >= m);
+        let by_offsets = self.positions.iter().all(|(p, (_, stop))| {
+            stop.is_some_and(|s| self.reached[p].load(Ordering::Relaxed) >= s)
+        });
+        by_time || by_count || by_offsets
+    }
+}
+
 pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     clock::init();
-    if let Some(g) = &args.group {
-        bail!("consumer groups are not supported yet (--group {g}); fetches use explicit offsets");
-    }
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();
     let from = args.from;
-    let (leaders, starts, ends) = cores::run_local(async move {
+    let (addr, leaders, starts, ends) = cores::run_local(async move {
         let addr = client::resolve(&bootstrap).await?;
         let mut conn = Connection::connect(addr).await?;
         let Some(leaders) = conn.leaders(&topic).await? else {
@@ -61,7 +118,7 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
             starts.extend(c.list_offsets(&topic, &[l.partition], -2).await?);
             ends.extend(c.list_offsets(&topic, &[l.partition], -1).await?);
         }
-        Ok::<_, anyhow::Error>((leaders, starts, ends))
+        Ok::<_, anyhow::Error>((addr, leaders, starts, ends))
     })??;
     let ends: BTreeMap<i32, i64> = ends.into_iter().collect();
     let mut positions = BTreeMap::new();
@@ -74,35 +131,65 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
         };
         positions.insert(p, (from_offset, stop));
     }
-    let consumers = cores::cores_to_use(args.common.cores, leaders.len());
-    let assignments = assign(consumers, consumers, &leaders, None, None);
-    let started_ns = clock::now_ns();
+    // Without a group each consumer owns a fixed share, so more consumers than partitions
+    // would idle; a group may have idle members, as Kafka's do.
+    let consumers = match (args.consumers, &args.group) {
+        (Some(n), Some(_)) => n as usize,
+        (Some(n), None) => (n as usize).min(leaders.len()),
+        (None, _) => cores::cores_to_use(args.common.cores, leaders.len()),
+    };
+    let cores = cores::cores_to_use(args.common.cores, consumers);
     let plan = Arc::new(Plan {
         topic: args.common.topic.clone(),
+        bootstrap: addr,
+        group: args.group.clone(),
+        reached: positions
+            .iter()
+            .map(|(p, (start, _))| (*p, AtomicI64::new(*start)))
+            .collect(),
         positions,
+        leaders,
         messages: args.messages,
-        end_ns: started_ns + args.duration.as_nanos() as u64,
+        duration_ns: args.duration.as_nanos() as u64,
+        first_fetch_ns: AtomicU64::new(0),
         partition_bytes_max: args.fetch_max_bytes,
         verify_crc: args.verify_crc,
         consumed: AtomicU64::new(0),
     });
-    let progress = Progress::new(consumers);
+    // Consumer i owns partitions i, i + consumers, ... unless a group assigns them.
+    let partitions: Vec<i32> = plan.positions.keys().copied().collect();
+    let shares: Arc<Vec<Vec<i32>>> = Arc::new(
+        (0..consumers)
+            .map(|i| {
+                partitions
+                    .iter()
+                    .copied()
+                    .skip(i)
+                    .step_by(consumers)
+                    .collect()
+            })
+            .collect(),
+    );
+    let progress = Progress::new(cores);
     let printer = progress.start_printer("consume");
     let tallies = {
         let plan = plan.clone();
-        let assignments = Arc::new(assignments);
-        let leaders = Arc::new(leaders);
         let progress = progress.clone();
-        cores::run_on_cores(consumers, move |core| {
-            let (plan, assignments, leaders, progress) = (
-                plan.clone(),
-                assignments.clone(),
-                leaders.clone(),
-                progress.clone(),
-            );
+        cores::run_on_cores(cores, move |core| {
+            let (plan, shares, progress) = (plan.clone(), shares.clone(), progress.clone());
             async move {
-                let a = &assignments[core];
-                consumer(&plan, &leaders, &a.partitions, &progress.cores[core]).await
+                let mut tasks = Vec::new();
+                for id in (core..shares.len()).step_by(cores) {
+                    let (plan, shares, progress) = (plan.clone(), shares.clone(), progress.clone());
+                    tasks.push(glommio::spawn_local(async move {
+                        consumer(&plan, id, &shares[id], &progress.cores[core]).await
+                    }));
+                }
+                let mut total = Tally::new();
+                for t in tasks {
+                    total.merge(t.await);
+                }
+                total
             }
         })?
     };
@@ -111,21 +198,27 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     for x in tallies {
         t.merge(x);
     }
-    let window_s = t.last_ns.saturating_sub(started_ns) as f64 / 1e9;
+    let first_ns = plan.first_fetch_ns.load(Ordering::Relaxed);
+    let window_s = t.last_ns.saturating_sub(first_ns) as f64 / 1e9;
     let per_s = |n: f64| if window_s > 0.0 { n / window_s } else { 0.0 };
+    let mut mode = format!(
+        "consume --from {}",
+        if from == StartFrom::Earliest {
+            "earliest"
+        } else {
+            "latest"
+        }
+    );
+    if let Some(g) = &args.group {
+        mode.push_str(&format!(" --group {g}"));
+    }
     Ok(Summary {
-        mode: format!(
-            "consume --from {}",
-            if from == StartFrom::Earliest {
-                "earliest"
-            } else {
-                "latest"
-            }
-        ),
+        mode,
         topic: args.common.topic.clone(),
         acks: "-".to_string(),
         partitions: plan.positions.len() as i32,
-        cores: consumers,
+        consumers,
+        cores,
         measured_s: window_s,
         sent: 0,
         acked: 0,
@@ -140,106 +233,219 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     })
 }
 
-/// Fetches `partitions` until the plan says stop; the histogram holds Fetch round trips.
-async fn consumer(
-    plan: &Plan,
-    leaders: &[PartitionLeader],
-    partitions: &[i32],
-    counters: &Counters,
-) -> Tally {
+/// One consumer until the plan says stop; the histogram holds Fetch round trips.
+async fn consumer(plan: &Plan, id: usize, share: &[i32], counters: &Counters) -> Tally {
     let mut t = Tally::new();
-    let Some(leader) = leaders
-        .iter()
-        .find(|l| partitions.contains(&l.partition))
-        .map(|l| l.leader)
-    else {
-        return t;
-    };
-    let mut conn = match Connection::connect(leader).await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("consumer: {e:#}");
-            t.error("NETWORK_EXCEPTION", 1);
-            return t;
-        }
-    };
-    let mut positions: Vec<(i32, i64)> = partitions
-        .iter()
-        .map(|p| (*p, plan.positions.get(p).map_or(0, |x| x.0)))
-        .collect();
-    let stops: BTreeMap<i32, Option<i64>> = partitions
-        .iter()
-        .map(|p| (*p, plan.positions.get(p).and_then(|x| x.1)))
-        .collect();
-    loop {
-        let now = clock::now_ns();
-        let done_by_offsets = !stops.is_empty()
-            && positions
+    let mut fetcher = Fetcher::default();
+    let outcome = match &plan.group {
+        None => {
+            let mut positions = share
                 .iter()
-                .all(|(p, o)| stops.get(p).copied().flatten().is_some_and(|s| *o >= s));
-        let done_by_count = plan
-            .messages
-            .is_some_and(|m| plan.consumed.load(Ordering::Relaxed) >= m);
-        if now >= plan.end_ns || done_by_offsets || done_by_count {
-            break;
+                .map(|p| (*p, plan.positions[p].0))
+                .collect::<Vec<_>>();
+            fetch_until(plan, &mut fetcher, &mut positions, None, &mut t, counters)
+                .await
+                .map(|_| ())
         }
-        let wanted: Vec<(i32, i64)> = positions
-            .iter()
-            .copied()
-            .filter(|(p, o)| stops.get(p).copied().flatten().is_none_or(|s| *o < s))
-            .collect();
-        let sent_ns = clock::now_ns();
-        let response = match conn
-            .fetch(&plan.topic, &wanted, 500, plan.partition_bytes_max)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("consumer: fetch failed: {e:#}");
-                t.error("NETWORK_EXCEPTION", 1);
-                break;
-            }
-        };
-        let done_ns = clock::now_ns();
-        if response.error_code != 0 {
-            t.error(&error_name(response.error_code), 1);
-            break;
-        }
-        let mut got = 0;
-        for topic in &response.responses {
-            for p in &topic.partitions {
-                if p.error_code != 0 {
-                    t.error(&error_name(p.error_code), 1);
-                    continue;
-                }
-                let Some(records) = &p.records else { continue };
-                match client::count_batches(records, plan.verify_crc) {
-                    Ok((n, bytes, next)) => {
-                        got += n;
-                        t.measured_wire_bytes += bytes;
-                        if let (Some(next), Some(pos)) = (
-                            next,
-                            positions.iter_mut().find(|(q, _)| *q == p.partition_index),
-                        ) {
-                            pos.1 = pos.1.max(next);
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("consumer: partition {}: {e:#}", p.partition_index);
-                        t.error("CORRUPT_MESSAGE", 1);
-                    }
-                }
-            }
-        }
-        if got > 0 {
-            report::record(&mut t.hist, done_ns - sent_ns, 1);
-            t.measured_messages += got;
-            t.last_ns = done_ns;
-            plan.consumed.fetch_add(got, Ordering::Relaxed);
-            Counters::add(&counters.acked, got);
-        }
+        Some(g) => member(plan, g, id, &mut fetcher, &mut t, counters).await,
+    };
+    if let Err(e) = outcome {
+        eprintln!("consumer {id}: {e:#}");
+        let name = group::code_of(&e).map_or("NETWORK_EXCEPTION".to_string(), error_name);
+        t.error(&name, 1);
     }
     t
+}
+
+/// Consumes as a member of `group` until the run is over, then leaves it.
+async fn member(
+    plan: &Plan,
+    group: &str,
+    id: usize,
+    fetcher: &mut Fetcher,
+    t: &mut Tally,
+    counters: &Counters,
+) -> Result<()> {
+    let mut member = Member::connect(plan.bootstrap, group, &plan.topic).await?;
+    let partition_count = plan.positions.len() as i32;
+    loop {
+        let joining_ns = clock::now_ns();
+        let assigned = member.join(partition_count).await?;
+        let committed = member.committed(&assigned).await?;
+        eprintln!(
+            "consumer {id}: joined group {group} in {:.0} ms, partitions {assigned:?}",
+            (clock::now_ns() - joining_ns) as f64 / 1e6
+        );
+        let mut positions: Vec<(i32, i64)> = assigned
+            .iter()
+            .map(|p| {
+                let start = committed
+                    .get(p)
+                    .copied()
+                    .unwrap_or_else(|| plan.positions.get(p).map_or(0, |x| x.0));
+                plan.reach(*p, start);
+                (*p, start)
+            })
+            .collect();
+        let stop = fetch_until(
+            plan,
+            fetcher,
+            &mut positions,
+            Some(&mut member),
+            t,
+            counters,
+        )
+        .await?;
+        // Eager protocol: commit what was consumed before giving the partitions up.
+        if let Err(e) = member.commit(&positions).await {
+            if !group::must_rejoin(&e) {
+                return Err(e);
+            }
+        }
+        if stop == Stop::Done {
+            return member.leave().await;
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// The run is over.
+    Done,
+    /// The group is rebalancing: commit and join again.
+    Rebalance,
+}
+
+/// Fetches `positions` until the run is over or, in a group, a rebalance starts; moves each
+/// position past the batches received.
+async fn fetch_until(
+    plan: &Plan,
+    fetcher: &mut Fetcher,
+    positions: &mut [(i32, i64)],
+    mut member: Option<&mut Member>,
+    t: &mut Tally,
+    counters: &Counters,
+) -> Result<Stop> {
+    let mut heartbeat_at = clock::now_ns() + group::HEARTBEAT_INTERVAL.as_nanos() as u64;
+    let mut commit_at = clock::now_ns() + COMMIT_INTERVAL.as_nanos() as u64;
+    loop {
+        if plan.done() {
+            return Ok(Stop::Done);
+        }
+        if let Some(member) = member.as_deref_mut() {
+            let now = clock::now_ns();
+            if now >= heartbeat_at {
+                if !member.heartbeat().await? {
+                    return Ok(Stop::Rebalance);
+                }
+                heartbeat_at = now + group::HEARTBEAT_INTERVAL.as_nanos() as u64;
+            }
+            if now >= commit_at {
+                match member.commit(positions).await {
+                    Ok(()) => {}
+                    Err(e) if group::must_rejoin(&e) => return Ok(Stop::Rebalance),
+                    Err(e) => return Err(e),
+                }
+                commit_at = now + COMMIT_INTERVAL.as_nanos() as u64;
+            }
+        }
+        let mut wanted: BTreeMap<SocketAddr, Vec<(i32, i64)>> = BTreeMap::new();
+        for &(p, o) in positions.iter() {
+            if plan.stop_of(p).is_none_or(|s| o < s) {
+                if let Some(leader) = plan.leader_of(p) {
+                    wanted.entry(leader).or_default().push((p, o));
+                }
+            }
+        }
+        if wanted.is_empty() {
+            // Nothing (left) to read here: wait for the others, or for a rebalance.
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        for (leader, wanted) in wanted {
+            fetch_once(plan, fetcher, leader, &wanted, positions, t, counters).await?;
+        }
+    }
+}
+
+/// One Fetch from `leader`; counts what it brings and moves `positions` past it.
+async fn fetch_once(
+    plan: &Plan,
+    fetcher: &mut Fetcher,
+    leader: SocketAddr,
+    wanted: &[(i32, i64)],
+    positions: &mut [(i32, i64)],
+    t: &mut Tally,
+    counters: &Counters,
+) -> Result<()> {
+    let conn = fetcher.connection(leader).await?;
+    let sent_ns = clock::now_ns();
+    plan.started(sent_ns);
+    let response = conn
+        .fetch(
+            &plan.topic,
+            wanted,
+            FETCH_MAX_WAIT_MS,
+            plan.partition_bytes_max,
+        )
+        .await?;
+    let done_ns = clock::now_ns();
+    if response.error_code != 0 {
+        bail!("fetch: {}", error_name(response.error_code));
+    }
+    let mut got = 0;
+    for p in response
+        .responses
+        .iter()
+        .flat_map(|topic| &topic.partitions)
+    {
+        if p.error_code != 0 {
+            t.error(&error_name(p.error_code), 1);
+            continue;
+        }
+        let Some(records) = &p.records else { continue };
+        match client::count_batches(records, plan.verify_crc) {
+            Ok((n, bytes, next)) => {
+                got += n;
+                t.measured_wire_bytes += bytes;
+                if let (Some(next), Some(pos)) = (
+                    next,
+                    positions.iter_mut().find(|(q, _)| *q == p.partition_index),
+                ) {
+                    pos.1 = pos.1.max(next);
+                    plan.reach(pos.0, pos.1);
+                }
+            }
+            Err(e) => {
+                eprintln!("consumer: partition {}: {e:#}", p.partition_index);
+                t.error("CORRUPT_MESSAGE", 1);
+            }
+        }
+    }
+    if got > 0 {
+        report::record(&mut t.hist, done_ns - sent_ns, 1);
+        t.measured_messages += got;
+        t.last_ns = done_ns;
+        plan.consumed.fetch_add(got, Ordering::Relaxed);
+        Counters::add(&counters.acked, got);
+    }
+    Ok(())
+}
+
+/// One connection per partition leader, opened on first use.
+#[derive(Default)]
+struct Fetcher {
+    connections: BTreeMap<SocketAddr, Connection>,
+}
+
+impl Fetcher {
+    async fn connection(&mut self, leader: SocketAddr) -> Result<&mut Connection> {
+        use std::collections::btree_map::Entry;
+        Ok(match self.connections.entry(leader) {
+            Entry::Occupied(c) => c.into_mut(),
+            Entry::Vacant(v) => v.insert(Connection::connect(leader).await?),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -274,17 +480,5 @@ mod tests {
         assert!(s.ok(), "{:?}", s.errors);
         assert_eq!(s.measured_messages, 20_000);
         assert!(s.latency.count > 0);
-    }
-
-    #[test]
-    fn groups_are_refused_not_ignored() {
-        let _executors = crate::cores::executor_test_lock();
-        let cli = crate::cli::Cli::try_parse_from(["ringlog-bench", "consume", "--group", "g"])
-            .expect("parses");
-        let crate::cli::Command::Consume(args) = cli.command else {
-            panic!("consume")
-        };
-        let e = run(&args).expect_err("refused");
-        assert!(format!("{e}").contains("not supported"));
     }
 }

@@ -150,6 +150,7 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
         acks: acks_name(load.acks),
         message_bytes: load.message_size,
         producers,
+        consumers: 1,
         partitions: plan_partitions(&assignments),
         cores,
         batch_bytes: plan.batch_bytes,

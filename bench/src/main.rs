@@ -10,6 +10,7 @@ mod consume;
 mod cores;
 mod e2e;
 mod encode;
+mod group;
 mod matrix;
 #[cfg(test)]
 mod mock;

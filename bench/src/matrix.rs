@@ -4,7 +4,8 @@
 //! Invariants:
 //! - Every run produces to its own new topic (`<topic>-<size>b-acks<acks>-<run id>`), so the
 //!   topic's log end offsets after the run count exactly the messages the broker took, and
-//!   results.json records them beside `sent` and `acked`.
+//!   results.json records them beside `sent` and `acked`. The topic is deleted once counted
+//!   (unless --keep-topics), so a matrix needs the disk space of one run, not of all.
 //! - Every file of the folder starts with (or, for JSON, holds) the exact command, broker
 //!   address, cores, kernel and date.
 
@@ -13,6 +14,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::cli::{acks_name, MatrixArgs};
+use crate::client::{self, Connection};
+use crate::cores;
 use crate::plot::{self, Series};
 use crate::produce;
 use crate::report::{self, Environment, MatrixReport, Summary};
@@ -61,7 +64,7 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
                     eprintln!("matrix: acks={} size={size}: {e:#}", acks_name(acks));
                     let mut summary = Summary {
                         mode: "produce".to_string(),
-                        topic,
+                        topic: topic.clone(),
                         acks: acks_name(acks),
                         message_bytes: size,
                         ..Summary::default()
@@ -74,6 +77,11 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
                 }
             };
             eprint!("{}", outcome.summary.text());
+            if !args.keep_topics {
+                if let Err(e) = delete_topic(&args.common.bootstrap_server, &topic) {
+                    eprintln!("matrix: topic {topic} kept: {e:#}");
+                }
+            }
             let hgrm = format!("{}{}", env.header(), report::hgrm(&outcome.hist));
             let name = format!("acks{}-{size}b.hgrm", acks_name(acks));
             std::fs::write(out.join(&name), &hgrm)?;
@@ -91,6 +99,14 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
         write_plot(out, acks, &hgrms, &matrix.environment)?;
     }
     Ok(matrix)
+}
+
+fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    cores::run_local(async move {
+        let mut conn = Connection::connect(client::resolve(&bootstrap).await?).await?;
+        conn.delete_topic(&topic).await
+    })?
 }
 
 fn write_plot(

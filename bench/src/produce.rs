@@ -341,6 +341,7 @@ fn summarize(
         acks: acks_name(plan.acks),
         message_bytes: plan.message_bytes,
         producers,
+        consumers: 0,
         partitions,
         cores,
         batch_bytes: plan.batch_bytes,

@@ -204,6 +204,9 @@ pub struct Summary {
     pub acks: String,
     pub message_bytes: usize,
     pub producers: usize,
+    /// Consumer connections (group members with --group), for consume runs.
+    #[serde(default)]
+    pub consumers: usize,
     pub partitions: i32,
     pub cores: usize,
     pub batch_bytes: usize,
@@ -250,13 +253,14 @@ impl Summary {
         let mut s = if consume {
             format!(
                 "{} {}: {} msgs/s, {:.1} MB/s of batches, {} messages in {:.2} s, \
-                 {} partitions, {} cores\n",
+                 {} consumers, {} partitions, {} cores\n",
                 self.mode,
                 self.topic,
                 fmt_rate(self.msgs_per_s),
                 self.wire_mb_per_s,
                 self.measured_messages,
                 self.measured_s,
+                self.consumers,
                 self.partitions,
                 self.cores,
             )

@@ -1,118 +1,19 @@
 //! A short matrix against a real ringlog node: the report folder is complete, parses, and
 //! accounts for every message.
 //!
-//! Method: find the `ringlog` binary (RINGLOG_BIN, else target/{debug,release}/ringlog next to
-//! this crate, else build it with `cargo build -p broker --bin ringlog`), start one node with
-//! one core on a free 127.0.0.1 port and a temporary log dir, run
-//! `ringlog-bench matrix` (acks 0, 1, all × 100 B and 1 KiB, a fixed message count, no warm-up),
-//! then read table.txt, results.json, every .hgrm and every plot. Each run produced to a fresh
-//! topic, so its log end offsets must equal the messages sent; acks 1/all runs must have every
-//! message acknowledged and one latency sample per message. The node is killed on drop.
-//! A missing or broken broker fails the test with its log; it never passes silently.
+//! Method: start one node (`common`), run `ringlog-bench matrix` (acks 0, 1, all × 100 B and
+//! 1 KiB, a fixed message count, no warm-up), then read table.txt, results.json, every .hgrm
+//! and every plot. Each run produced to a fresh topic, so its log end offsets must equal the
+//! messages sent; acks 1/all runs must have every message acknowledged and one latency sample
+//! per message.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
+
+use common::start_node;
 
 const MESSAGES: u64 = 5_000;
-
-struct Node {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
-    }
-}
-
-fn ringlog_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("RINGLOG_BIN") {
-        return PathBuf::from(bin);
-    }
-    let target = target_dir();
-    for profile in ["debug", "release"] {
-        let bin = target.join(profile).join("ringlog");
-        if bin.is_file() {
-            return bin;
-        }
-    }
-    eprintln!("no ringlog binary under {}; building it", target.display());
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-p", "broker", "--bin", "ringlog"])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .status()
-        .expect("running cargo build -p broker --bin ringlog");
-    assert!(
-        status.success(),
-        "cargo build -p broker --bin ringlog failed: the test needs the broker"
-    );
-    let bin = target.join("debug").join("ringlog");
-    assert!(
-        bin.is_file(),
-        "built the broker but found no binary at {}",
-        bin.display()
-    );
-    bin
-}
-
-fn free_port() -> u16 {
-    // Port 0 asks the kernel for a free port; there is always one on loopback.
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    l.local_addr().expect("local addr").port()
-}
-
-fn start_node(dir: &Path) -> (Node, SocketAddr) {
-    let bin = ringlog_binary();
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("valid address");
-    let log = dir.join("ringlog.log");
-    let out = std::fs::File::create(&log).expect("log file");
-    let err = out.try_clone().expect("log file handle");
-    let listener = format!("PLAINTEXT://127.0.0.1:{port}");
-    let child = Command::new(&bin)
-        .arg("serve")
-        .args(["--cores", "1"])
-        .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
-        .args(["--set", &format!("listeners={listener}")])
-        .args(["--set", &format!("advertised.listeners={listener}")])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    let mut node = Node { child, log };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return (node, addr);
-        }
-        if let Ok(Some(status)) = node.child.try_wait() {
-            panic!(
-                "{} exited ({status}) before listening on {addr}; its log:\n{}",
-                bin.display(),
-                std::fs::read_to_string(&node.log).unwrap_or_default()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never listened on {addr}",
-            bin.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[test]
 fn short_matrix_against_ringlog_counts_every_message() {
