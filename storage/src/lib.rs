@@ -34,4 +34,4 @@ mod time_index;
 pub use crate::cache::BatchCache;
 pub use crate::error::{AppendError, ReadError, StorageError};
 pub use crate::io::IoMode;
-pub use crate::log::{AppendInfo, Log, LogConfig, ReadResult};
+pub use crate::log::{AppendInfo, DiskReads, Log, LogConfig, ReadResult};

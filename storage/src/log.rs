@@ -148,6 +148,15 @@ struct Inner {
     log_id: u64,
     state: RefCell<State>,
     signals: Rc<Signals>,
+    disk_reads: Cell<DiskReads>,
+}
+
+/// Reads that went to the segment files (not the write queue or the batch cache) since the
+/// log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskReads {
+    pub count: u64,
+    pub bytes: u64,
 }
 
 /// Wake-ups between the log's callers and its writer task.
@@ -820,6 +829,11 @@ impl Inner {
                     queued,
                 } => {
                     let on_disk = file.read_exact(position, file_bytes).await?;
+                    let reads = self.disk_reads.get();
+                    self.disk_reads.set(DiskReads {
+                        count: reads.count + 1,
+                        bytes: reads.bytes + file_bytes as u64,
+                    });
                     if queued.is_empty() {
                         return Ok(on_disk);
                     }
@@ -962,6 +976,29 @@ impl SegmentReader {
         Ok(self.data.slice(at..at + len))
     }
 
+    /// Header of the batch at `position` when the window already holds the whole batch;
+    /// `None` otherwise (also at the end of the segment). Never reads.
+    fn whole_batch_in_window(
+        &self,
+        inner: &Inner,
+        segment_base_offset: i64,
+        position: u64,
+    ) -> Result<Option<BatchHeader>, StorageError> {
+        let window_end = self.position + self.data.len() as u64;
+        if self.segment_base_offset != segment_base_offset
+            || position < self.position
+            || position + BATCH_HEADER_BYTES as u64 > window_end
+        {
+            return Ok(None);
+        }
+        let at = (position - self.position) as usize;
+        let header = BatchHeader::parse(&self.data[at..at + BATCH_HEADER_BYTES]).map_err(|e| {
+            let path = segment_path(&inner.dir, segment_base_offset, LOG_SUFFIX);
+            StorageError::corrupt(path, format!("at {position}: {e}"))
+        })?;
+        Ok((position + header.total_bytes() as u64 <= window_end).then_some(header))
+    }
+
     /// Header of the batch at `position`, `None` at the end of the segment.
     async fn header_at(
         &mut self,
@@ -1047,6 +1084,7 @@ impl Log {
             cache,
             state: RefCell::new(state),
             signals: signals.clone(),
+            disk_reads: Cell::new(DiskReads::default()),
         });
         glommio::spawn_local(writer_task(Rc::downgrade(&inner), signals)).detach();
         Ok(Log { inner })
@@ -1216,11 +1254,10 @@ impl Log {
         let start = position;
         let mut total_bytes = first.total_bytes();
         position += total_bytes as u64;
+        // Only batches the window already holds: reading on for one more header would cost
+        // another window-sized read, and then a third to cover the answer.
         while total_bytes < max_bytes {
-            match reader
-                .header_at(inner, segment_base_offset, position)
-                .await?
-            {
+            match reader.whole_batch_in_window(inner, segment_base_offset, position)? {
                 Some(header) if total_bytes + header.total_bytes() <= max_bytes => {
                     total_bytes += header.total_bytes();
                     position += header.total_bytes() as u64;
@@ -1248,6 +1285,10 @@ impl Log {
 
     pub fn log_start_offset(&self) -> i64 {
         self.inner.state.borrow().log_start_offset
+    }
+
+    pub fn disk_reads(&self) -> DiskReads {
+        self.inner.disk_reads.get()
     }
 
     pub fn log_end_offset(&self) -> i64 {

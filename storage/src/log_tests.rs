@@ -593,6 +593,52 @@ fn direct_mode_serves_tailing_reads_from_the_cache() {
 }
 
 #[test]
+fn a_read_from_disk_is_one_read() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            // Batches of ~64 KiB, as producers send them, read 1 MiB at a time.
+            let spec = BatchSpec {
+                record_count: 600,
+                value_bytes: 100,
+                ..BatchSpec::default()
+            };
+            for _ in 0..40 {
+                log.append(&encode_batch(&spec), 0, 0).expect("append");
+            }
+            log.close().await.expect("close");
+            // Reopened with an empty cache, so every read goes to the file.
+            let log = open(dir.path(), config(mode)).await;
+            let (mut offset, mut reads, mut bytes) = (0, 0, 0);
+            while offset < log.log_end_offset() {
+                let result = log.read(offset, 1 << 20).await.expect("read");
+                assert!(!result.records.is_empty() && result.records.len() <= 1 << 20);
+                let batches = batch_base_offsets(&result.records);
+                assert_eq!(batches[0], offset, "{mode:?}: starts at the offset asked");
+                offset = batches.last().expect("a batch") + 600;
+                reads += 1;
+                bytes += result.records.len() as u64;
+                assert_eq!(
+                    log.disk_reads().count,
+                    reads,
+                    "{mode:?}: each answer came from one read"
+                );
+            }
+            assert_eq!(offset, 40 * 600);
+            // A window is the answer's limit plus two index intervals, in whole blocks.
+            let window_bytes = (1 << 20) + 2 * 4096 + 2 * BLOCK_BYTES as u64;
+            assert!(
+                log.disk_reads().bytes <= reads * window_bytes,
+                "{mode:?}: {:?} to answer {bytes} bytes",
+                log.disk_reads()
+            );
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
 fn failed_write_latches_the_log() {
     run(|| async move {
         let dir = tempfile::tempdir().expect("tempdir");
