@@ -380,6 +380,36 @@ impl State {
     }
 
     /// Copies `bytes`, which belong at `position` of the active segment, into the write queue.
+    /// Makes sure one chunk takes the next `bytes` of the active segment whole, when a chunk
+    /// can hold them: appends push a batch's header and body separately, and a chunk sized
+    /// for the header alone split every request larger than a chunk into two writes, the
+    /// second a small extending write queued behind the first (it tripled acks=all latency
+    /// for 64 KiB requests).
+    fn reserve(&mut self, config: &LogConfig, position: u64, bytes: usize) {
+        if bytes + BLOCK_BYTES > config.write_buffer_bytes_max {
+            return;
+        }
+        let segment_base_offset = self.active().base_offset;
+        let room_bytes = match self.queue.back() {
+            Some(WriteOp::Data(c)) if c.segment_base_offset == segment_base_offset => {
+                c.room_bytes()
+            }
+            _ => 0,
+        };
+        if room_bytes >= bytes {
+            return;
+        }
+        if room_bytes > 0 {
+            // A chunk still filling is left behind: appends outrun the disk, as when a chunk
+            // fills up, so let the next chunk be larger.
+            if let Some(WriteOp::Data(c)) = self.queue.back() {
+                self.next_chunk_bytes = (c.capacity_bytes * 2).min(config.write_buffer_bytes_max);
+            }
+        }
+        let chunk = self.new_chunk(config, position, bytes);
+        self.queue.push_back(WriteOp::Data(chunk));
+    }
+
     fn push_bytes(&mut self, config: &LogConfig, mut position: u64, mut bytes: &[u8]) {
         let segment_base_offset = self.active().base_offset;
         while !bytes.is_empty() {
@@ -1171,6 +1201,8 @@ impl Log {
             bytes: records.len(),
         };
         let mut next_offset = log_end_offset;
+        let position = state.active().size_bytes;
+        state.reserve(config, position, records.len());
         for item in BatchIter::new(records) {
             // Validated above; the second pass re-parses headers only to avoid a Vec per call.
             let (mut header, range) = item.expect("validated in the first pass");

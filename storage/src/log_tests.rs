@@ -801,6 +801,35 @@ fn appends_coalesce_into_few_aligned_writes() {
     }
 }
 
+#[test]
+fn an_append_that_fits_a_chunk_is_one_write() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            // ~64 KiB requests, each flushed before the next, as acks=all producers send.
+            let spec = BatchSpec {
+                record_count: 600,
+                value_bytes: 100,
+                ..BatchSpec::default()
+            };
+            let request = encode_batch(&spec);
+            assert!(request.len() > 60_000);
+            for i in 0..10 {
+                let before = log.inner.state.borrow().ops_enqueued;
+                log.append(&request, 0, 0).expect("append");
+                let ops = log.inner.state.borrow().ops_enqueued - before;
+                assert_eq!(ops, 1, "{mode:?}: append {i} took {ops} writes");
+                log.sync().await.expect("sync");
+            }
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 0).await),
+                (0..10).map(|i| i * 600).collect::<Vec<i64>>()
+            );
+        });
+    }
+}
+
 /// A clean-shutdown checkpoint is not blindly trusted: the batches after the last index entry
 /// are re-checked, and a corrupt one sends the open through full recovery.
 #[test]
