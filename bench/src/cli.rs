@@ -134,8 +134,8 @@ pub struct ConsumeArgs {
     /// Stop after this long.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Bytes per partition per Fetch.
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    /// Bytes per partition per Fetch (Kafka's max.partition.fetch.bytes).
+    #[arg(long, default_value_t = 1024 * 1024)]
     pub fetch_max_bytes: i32,
     /// Consumer connections, spread over cores; default one per core, at most one per
     /// partition without --group. With --group, each is a member of the group.
