@@ -179,3 +179,43 @@ fn split_merge_pipeline_and_wake() {
         .expect("partition 6 has data");
     assert_eq!(values(records), vec![Bytes::from_static(b"late")]);
 }
+
+/// A fetch's max_bytes is a budget its reads share: partitions at their log end cost nothing,
+/// so the first partition with data still answers (at least one whole batch, KIP-74), and the
+/// partitions after it answer their offsets without records.
+#[test]
+fn a_small_fetch_budget_reaches_the_first_partition_with_data() {
+    let node = Node::start(&[]);
+    let mut client = node.connect();
+    create(&mut client);
+    for round in 0..3 {
+        let ResponseKind::Produce(answer) =
+            client.call(9, RequestKind::Produce(produce_request(round)))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.responses[0].partition_responses.len(), ORDER.len());
+    }
+    // 5, 0 and 7 are read from their log end (nothing to send); 99 does not exist.
+    let at_end = [5, 0, 7];
+    let offsets = |p: i32| if at_end.contains(&p) { 3 } else { 0 };
+    let request = fetch_request(&ORDER, offsets, 0).with_max_bytes(1);
+    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let partitions = &answer.responses[0].partitions;
+    let answered: Vec<i32> = partitions.iter().map(|p| p.partition_index).collect();
+    assert_eq!(answered, ORDER);
+    for partition in partitions {
+        let got = partition.records.as_ref().map(values).unwrap_or_default();
+        match partition.partition_index {
+            99 => assert_eq!(partition.error_code, 3),
+            2 => assert_eq!(got, vec![Bytes::from_static(b"p2-r0")], "one whole batch"),
+            p => {
+                assert_eq!(partition.error_code, 0, "partition {p}");
+                assert!(got.is_empty(), "partition {p} is past the budget: {got:?}");
+                assert_eq!(partition.high_watermark, 3, "partition {p}");
+            }
+        }
+    }
+}

@@ -87,7 +87,8 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> R
     let deadline = Instant::now() + wait;
     let min_bytes = request.min_bytes.max(0) as usize;
     loop {
-        let answers = read_everywhere(shard, &parts_by_owner, read_committed).await;
+        let budget_bytes = request.max_bytes.max(1) as usize;
+        let answers = read_everywhere(shard, &parts_by_owner, read_committed, budget_bytes).await;
         let total_bytes: usize = answers
             .iter()
             .map(|(_, d)| d.records.as_ref().map_or(0, Bytes::len))
@@ -130,6 +131,7 @@ async fn read_everywhere(
     shard: &Rc<Shard>,
     parts_by_owner: &[Vec<Part>],
     read_committed: bool,
+    budget_bytes: usize,
 ) -> Vec<((usize, usize), PartitionData)> {
     let mut calls = Vec::new();
     for (owner, parts) in parts_by_owner.iter().enumerate() {
@@ -138,7 +140,8 @@ async fn read_everywhere(
         }
         let (shard, parts) = (shard.clone(), parts.clone());
         calls.push(glommio::spawn_local(async move {
-            let job = move |owner: Rc<Shard>| read_on_owner(owner, parts, read_committed);
+            let job =
+                move |owner: Rc<Shard>| read_on_owner(owner, parts, read_committed, budget_bytes);
             shard.router.call(&shard, owner, job).await
         }));
     }
@@ -152,35 +155,100 @@ async fn read_everywhere(
     answers
 }
 
-/// Runs on the owning shard.
+/// Reads one owner runs at once: enough for the disk to overlap them.
+const READS_IN_FLIGHT_MAX: usize = 4;
+
+/// Runs on the owning shard. Reads run up to [`READS_IN_FLIGHT_MAX`] at a time, in request
+/// order, and none asks for more than is left of `budget_bytes` (the response's max_bytes)
+/// after the answers so far and the reads in flight. So a fetch of many partitions holds
+/// about `budget_bytes` per owner (KIP-74 may add one batch per read), however many
+/// partitions it names; partitions past the budget answer their offsets without records,
+/// as the response's trim would have left them.
 async fn read_on_owner(
     shard: Rc<Shard>,
     parts: Vec<Part>,
     read_committed: bool,
+    budget_bytes: usize,
 ) -> Vec<((usize, usize), PartitionData)> {
     let mut answers = Vec::with_capacity(parts.len());
+    let mut in_flight = std::collections::VecDeque::with_capacity(READS_IN_FLIGHT_MAX);
+    let (mut used_bytes, mut reserved_bytes) = (0usize, 0usize);
     for part in parts {
-        let mut data = empty_partition(part.partition, read_committed);
-        match shard.partition(&part.topic, part.partition) {
-            None => data.error_code = code(ResponseError::UnknownTopicOrPartition),
-            Some(partition) => {
-                let result = partition.log.read(part.offset, part.max_bytes).await;
-                let high_watermark = partition.high_watermark();
-                data.high_watermark = high_watermark;
-                data.last_stable_offset = high_watermark;
-                data.log_start_offset = partition.log.log_start_offset();
-                match result {
-                    Ok(read) => data.records = Some(read.records),
-                    Err(ReadError::OffsetOutOfRange { .. }) => {
-                        data.error_code = code(ResponseError::OffsetOutOfRange)
-                    }
-                    Err(error) => data.error_code = errors::read_error(&error),
-                }
-            }
+        // Wait for a read when the window is full, or when the reads in flight may have
+        // spent the budget: what they actually bring decides what is left.
+        while in_flight.len() == READS_IN_FLIGHT_MAX
+            || (!in_flight.is_empty() && used_bytes + reserved_bytes >= budget_bytes)
+        {
+            let (cap, read): (usize, glommio::Task<_>) =
+                in_flight.pop_front().expect("a read in flight");
+            let answer: ((usize, usize), PartitionData) = read.await;
+            reserved_bytes -= cap;
+            used_bytes += answer.1.records.as_ref().map_or(0, Bytes::len);
+            answers.push(answer);
         }
-        answers.push((part.slot, data));
+        let cap = part
+            .max_bytes
+            .min(budget_bytes.saturating_sub(used_bytes + reserved_bytes));
+        reserved_bytes += cap;
+        let shard = shard.clone();
+        in_flight.push_back((
+            cap,
+            glommio::spawn_local(async move { read_part(&shard, part, read_committed, cap).await }),
+        ));
+    }
+    for (_, read) in in_flight {
+        answers.push(read.await);
     }
     answers
+}
+
+/// One partition's answer: its offsets and, when `cap_bytes` is not 0, whole batches from
+/// the fetch offset up to `cap_bytes` (at least one batch, KIP-74).
+async fn read_part(
+    shard: &Shard,
+    part: Part,
+    read_committed: bool,
+    cap_bytes: usize,
+) -> ((usize, usize), PartitionData) {
+    let mut data = empty_partition(part.partition, read_committed);
+    let Some(partition) = shard.partition(&part.topic, part.partition) else {
+        data.error_code = code(ResponseError::UnknownTopicOrPartition);
+        return (part.slot, data);
+    };
+    let result = if cap_bytes == 0 {
+        // Out of budget: no records, but an offset out of range is still an error.
+        let (start, end) = (
+            partition.log.log_start_offset(),
+            partition.log.log_end_offset(),
+        );
+        if (start..=end).contains(&part.offset) {
+            Ok(Some(Bytes::new()))
+        } else {
+            Err(ReadError::OffsetOutOfRange {
+                offset: part.offset,
+                log_start_offset: start,
+                log_end_offset: end,
+            })
+        }
+    } else {
+        partition
+            .log
+            .read(part.offset, cap_bytes)
+            .await
+            .map(|read| Some(read.records))
+    };
+    let high_watermark = partition.high_watermark();
+    data.high_watermark = high_watermark;
+    data.last_stable_offset = high_watermark;
+    data.log_start_offset = partition.log.log_start_offset();
+    match result {
+        Ok(records) => data.records = records,
+        Err(ReadError::OffsetOutOfRange { .. }) => {
+            data.error_code = code(ResponseError::OffsetOutOfRange)
+        }
+        Err(error) => data.error_code = errors::read_error(&error),
+    }
+    (part.slot, data)
 }
 
 /// Returns once any owner sees one of its parts' partitions grow past the fetch offset,
