@@ -3,9 +3,11 @@
 //!
 //! Invariants: in direct mode every write starts at a multiple of `BLOCK_BYTES` and has a length
 //! that is a multiple of `BLOCK_BYTES` (the caller pads with zeros); a write that lands fewer
-//! bytes than asked is an error, never silently retried. Reads need no alignment (glommio aligns
-//! direct reads internally).
+//! bytes than asked is an error, never silently retried. Direct reads are widened to whole
+//! blocks here and trimmed back. A device's O_DIRECT I/O goes to glommio's busy-polled ring
+//! only if the device itself can poll ([`prime_iopoll_probe`]).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -36,14 +38,9 @@ pub(crate) fn align_up(value: u64) -> u64 {
 }
 
 enum FileKind {
-    /// Writes, truncate and fdatasync go through the `DmaFile`; reads through a second
-    /// descriptor, also O_DIRECT but submitted on glommio's main ring with aligned offsets:
-    /// glommio sends `DmaFile` reads to its polled ring, and on this machine's virtio disk
-    /// (Linux 6.18) those fail with EOPNOTSUPP while polled writes succeed.
-    Direct {
-        file: DmaFile,
-        reader: BufferedFile,
-    },
+    /// O_DIRECT through glommio's `DmaFile`, on its polled ring only where the device polls
+    /// (see [`prime_iopoll_probe`]).
+    Direct(DmaFile),
     Buffered(BufferedFile),
 }
 
@@ -60,17 +57,13 @@ impl SegmentFile {
         options.read(true).write(true).create(true);
         let kind = match mode {
             IoMode::Direct => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                prime_iopoll_probe(dir).await?;
                 let file = options
                     .dma_open(path)
                     .await
                     .map_err(|e| StorageError::io("open", path, e.into()))?;
-                let reader = OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .buffered_open(path)
-                    .await
-                    .map_err(|e| StorageError::io("open", path, e.into()))?;
-                FileKind::Direct { file, reader }
+                FileKind::Direct(file)
             }
             IoMode::Buffered => FileKind::Buffered(
                 options
@@ -91,7 +84,7 @@ impl SegmentFile {
         buf: Rc<DmaBuffer>,
         position: u64,
     ) -> Result<(), StorageError> {
-        let FileKind::Direct { file, .. } = &self.kind else {
+        let FileKind::Direct(file) = &self.kind else {
             return Err(StorageError::corrupt(
                 &self.path,
                 "direct write to a buffered file",
@@ -138,11 +131,14 @@ impl SegmentFile {
     /// Reads up to `len` bytes at `position`; fewer only at the end of the file.
     pub async fn read(&self, position: u64, len: usize) -> Result<Bytes, StorageError> {
         let (block_position, result) = match &self.kind {
-            FileKind::Direct { reader, .. } => {
+            FileKind::Direct(file) => {
                 let block_position = align_down(position);
                 let block_end = align_up(position + len as u64);
                 let size = (block_end - block_position) as usize;
-                (block_position, reader.read_at(block_position, size).await)
+                (
+                    block_position,
+                    file.read_at_aligned(block_position, size).await,
+                )
             }
             FileKind::Buffered(file) => (position, file.read_at(position, len).await),
         };
@@ -166,7 +162,7 @@ impl SegmentFile {
 
     pub async fn fdatasync(&self) -> Result<(), StorageError> {
         let result = match &self.kind {
-            FileKind::Direct { file, .. } => file.fdatasync().await,
+            FileKind::Direct(file) => file.fdatasync().await,
             FileKind::Buffered(file) => file.fdatasync().await,
         };
         result.map_err(|e| StorageError::io("fdatasync", &self.path, e.into()))
@@ -174,7 +170,7 @@ impl SegmentFile {
 
     pub async fn truncate(&self, size_bytes: u64) -> Result<(), StorageError> {
         let result = match &self.kind {
-            FileKind::Direct { file, .. } => file.truncate(size_bytes).await,
+            FileKind::Direct(file) => file.truncate(size_bytes).await,
             FileKind::Buffered(file) => file.truncate(size_bytes).await,
         };
         result.map_err(|e| StorageError::io("truncate", &self.path, e.into()))
@@ -182,11 +178,45 @@ impl SegmentFile {
 
     pub async fn size_bytes(&self) -> Result<u64, StorageError> {
         let result = match &self.kind {
-            FileKind::Direct { file, .. } => file.file_size().await,
+            FileKind::Direct(file) => file.file_size().await,
             FileKind::Buffered(file) => file.file_size().await,
         };
         result.map_err(|e| StorageError::io("stat", &self.path, e.into()))
     }
+}
+
+thread_local! {
+    /// Devices (`st_dev`) whose iopoll probe [`prime_iopoll_probe`] has run on this thread
+    /// (glommio keeps its answer per thread, that is per executor).
+    static PROBED_DEVICES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// glommio decides once per block device and executor whether `DmaFile` I/O goes to its
+/// polled ring, by reading the first block of the first `DmaFile` opened there. When that
+/// file is a new, empty segment the read stops at the end of the file without reaching the
+/// device and "succeeds", so on a device without poll queues (`queue/io_poll` 0, such as
+/// virtio-blk) every later write went to the polled ring: the shard busy-polled while one was
+/// out, and the io-wq worker doing the write, on the same CPU, waited for a scheduler tick
+/// (acks=all took ~4 ms per write). Opening a file that holds a whole block first makes the
+/// probe ask the device itself.
+async fn prime_iopoll_probe(dir: &Path) -> Result<(), StorageError> {
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(dir)
+        .map_err(|e| StorageError::io("stat", dir, e))?
+        .dev();
+    if PROBED_DEVICES.with(|probed| probed.borrow().contains(&device)) {
+        return Ok(());
+    }
+    let path = dir.join(".iopoll-probe");
+    write_small_file(&path, vec![0xA5; BLOCK_BYTES]).await?;
+    let opened = OpenOptions::new().read(true).dma_open(&path).await;
+    let _ = std::fs::remove_file(&path);
+    let file = opened.map_err(|e| StorageError::io("open", &path, e.into()))?;
+    file.close()
+        .await
+        .map_err(|e| StorageError::io("close", &path, e.into()))?;
+    PROBED_DEVICES.with(|probed| probed.borrow_mut().push(device));
+    Ok(())
 }
 
 /// Writes a small file of our own (index, checkpoint) whole, fdatasyncs it, and closes it.
