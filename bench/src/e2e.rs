@@ -24,7 +24,7 @@ use crate::cli::{acks_name, E2eArgs};
 use crate::client::{self, error_name, Connection, PartitionLeader};
 use crate::cores::{self, Progress};
 use crate::pacing::clock;
-use crate::produce::{self, assign, Plan, Tally, Timeline};
+use crate::produce::{self, assign, Plan, Tally};
 use crate::report::{self, Latency, Summary};
 
 const DEFAULT_RATE: f64 = 10_000.0;
@@ -54,21 +54,7 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
     })??;
     let producers = load.producers.max(1);
     let cores = cores::cores_to_use(args.common.cores, 2);
-    let plan = Arc::new(Plan {
-        topic: args.common.topic.clone(),
-        acks: load.acks,
-        message_bytes: load.message_size,
-        payload: load.payload,
-        batch_bytes: load.batch_size as usize,
-        linger: load.linger,
-        max_in_flight: load.max_in_flight,
-        compression: load.compression.into(),
-        request_timeout_ms: load.request_timeout_ms,
-        seed: load.seed,
-        dry_run: false,
-        stamp: true,
-        timeline: Timeline::new(load.warmup, load.run_time()),
-    });
+    let plan = Arc::new(Plan::new(&args.common.topic, load, false, true));
     // All producers on core 0; the consumer on the last core.
     let assignments = Arc::new(assign(producers, 1, &leaders, load.messages, Some(rate)));
     let shared = Arc::new(Shared {

@@ -55,6 +55,27 @@ pub struct Plan {
     pub timeline: Timeline,
 }
 
+impl Plan {
+    /// The plan for producing `load` to `topic`; `stamp` puts send times in the values.
+    pub fn new(topic: &str, load: &LoadArgs, dry_run: bool, stamp: bool) -> Plan {
+        Plan {
+            topic: topic.to_string(),
+            acks: load.acks,
+            message_bytes: load.message_size,
+            payload: load.payload,
+            batch_bytes: load.batch_size as usize,
+            linger: load.linger,
+            max_in_flight: load.max_in_flight,
+            compression: load.compression.into(),
+            request_timeout_ms: load.request_timeout_ms,
+            seed: load.seed,
+            dry_run,
+            stamp,
+            timeline: Timeline::new(load.warmup, load.run_time()),
+        }
+    }
+}
+
 /// Run times in `clock::now_ns` units.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeline {
@@ -232,21 +253,7 @@ pub fn run(
         created = fresh;
         leaders
     };
-    let plan = Plan {
-        topic: topic.to_string(),
-        acks: load.acks,
-        message_bytes: load.message_size,
-        payload: load.payload,
-        batch_bytes: load.batch_size as usize,
-        linger: load.linger,
-        max_in_flight: load.max_in_flight,
-        compression: load.compression.into(),
-        request_timeout_ms: load.request_timeout_ms,
-        seed: load.seed,
-        dry_run,
-        stamp: false,
-        timeline: Timeline::new(load.warmup, load.run_time()),
-    };
+    let plan = Plan::new(topic, load, dry_run, false);
     let assignments = assign(producers, cores, &leaders, load.messages, load.rate);
     let progress = Progress::new(cores);
     let printer = progress.start_printer(if dry_run { "dry-run" } else { "produce" });
