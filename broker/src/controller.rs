@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
+use shard::ShardStopped;
 use uuid::Uuid;
 
 use crate::config::TOPIC_CONFIGS;
@@ -120,6 +121,20 @@ impl Controller {
         controller.commit(MetadataRecord::CreateTopic(topic.clone()))?;
         Controller::publish(shard).await?;
         Ok(topic)
+    }
+
+    /// [`Controller::create_topic`] asked from any shard: the controller runs on shard 0.
+    pub async fn create_topic_from(
+        shard: &Rc<Shard>,
+        spec: TopicSpec,
+        validate_only: bool,
+    ) -> Result<Result<TopicMeta, Refusal>, ShardStopped> {
+        shard
+            .router
+            .call(shard, 0, move |controller: Rc<Shard>| async move {
+                Controller::create_topic(&controller, spec, validate_only).await
+            })
+            .await
     }
 
     /// Deletes the topic and its data on every shard before returning.

@@ -37,11 +37,7 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest, version: i1
         }
         let created = match spec(shard, &topic) {
             Err(refusal) => Err(refusal),
-            Ok(spec) => shard
-                .router
-                .call(shard, 0, move |controller: Rc<Shard>| async move {
-                    Controller::create_topic(&controller, spec, validate_only).await
-                })
+            Ok(spec) => Controller::create_topic_from(shard, spec, validate_only)
                 .await
                 .unwrap_or_else(|stopped| {
                     Err(Refusal {

@@ -46,12 +46,7 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
         ]
         .into(),
     };
-    let created = shard
-        .router
-        .call(shard, 0, move |controller: Rc<Shard>| async move {
-            Controller::create_topic(&controller, spec, false).await
-        })
-        .await;
+    let created = Controller::create_topic_from(shard, spec, false).await;
     match created {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(refusal)) if refusal.error_code == code(ResponseError::TopicAlreadyExists) => Ok(()),

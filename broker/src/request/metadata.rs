@@ -87,12 +87,7 @@ async fn auto_create(shard: &Rc<Shard>, name: String, node: BrokerId) -> Metadat
         replication_factor: shard.config.default_replication_factor,
         configs: Default::default(),
     };
-    let created = shard
-        .router
-        .call(shard, 0, move |controller: Rc<Shard>| async move {
-            Controller::create_topic(&controller, spec, false).await
-        })
-        .await;
+    let created = Controller::create_topic_from(shard, spec, false).await;
     match created {
         Ok(Ok(topic)) => describe(&topic, node),
         // Another request created it first: describe what exists.
