@@ -40,12 +40,9 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) ->
         let topic = topic_data.name.to_string();
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (partition_index, data) in topic_data.partition_data.into_iter().enumerate() {
+            // Overwritten by the owner's answer; a partition no owner has stays unknown.
             partitions.push(
-                PartitionProduceResponse::default()
-                    .with_index(data.index)
-                    .with_base_offset(-1)
-                    .with_log_append_time_ms(-1)
-                    .with_log_start_offset(-1),
+                no_append(data.index).with_error_code(code(ResponseError::UnknownTopicOrPartition)),
             );
             if data.index < 0 {
                 continue; // answered below as UNKNOWN_TOPIC_OR_PARTITION
@@ -62,12 +59,6 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) ->
                 .with_name(topic_data.name)
                 .with_partition_responses(partitions),
         );
-    }
-    // Every slot starts as "unknown partition" and is overwritten by its owner's answer.
-    for topic in &mut response.responses {
-        for partition in &mut topic.partition_responses {
-            partition.error_code = code(ResponseError::UnknownTopicOrPartition);
-        }
     }
     let invalid_acks = !matches!(acks, -1..=1);
     let mut calls = Vec::new();
@@ -125,6 +116,15 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) ->
     Reply::Respond(Box::new(ResponseKind::Produce(response)))
 }
 
+/// A partition's answer before (or without) an append.
+fn no_append(index: i32) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+}
+
 /// Runs on the owning shard: append every part, then wait for the disk once per partition.
 async fn append_on_owner(
     shard: Rc<Shard>,
@@ -135,11 +135,7 @@ async fn append_on_owner(
     let mut answers = Vec::with_capacity(parts.len());
     let mut to_sync = Vec::new();
     for part in parts {
-        let mut answer = PartitionProduceResponse::default()
-            .with_index(part.partition)
-            .with_base_offset(-1)
-            .with_log_append_time_ms(-1)
-            .with_log_start_offset(-1);
+        let mut answer = no_append(part.partition);
         match (shard.partition(&part.topic, part.partition), part.records) {
             (None, _) => answer.error_code = code(ResponseError::UnknownTopicOrPartition),
             (Some(_), None) => answer.error_code = code(ResponseError::CorruptMessage),
