@@ -79,6 +79,8 @@ pub struct BrokerConfig {
     pub segment_ms_max: u64,
     pub index_interval_bytes: u32,
     pub flush_interval: Duration,
+    /// `log.retention.check.interval.ms`: how often retention looks for segments to delete.
+    pub retention_check_interval: Duration,
     pub message_bytes_max: usize,
     pub request_bytes_max: usize,
     /// Request bytes one shard holds at most, over all its connections.
@@ -158,6 +160,8 @@ const BROKER_KEYS: &[&str] = &[
     "connections.max.idle.ms",
     "max.in.flight.requests.per.connection",
     "log.retention.hours",
+    "log.retention.minutes",
+    "log.retention.check.interval.ms",
     "offsets.topic.num.partitions",
     "offsets.retention.minutes",
     "offset.metadata.max.bytes",
@@ -249,10 +253,20 @@ impl BrokerConfig {
             let value = get(broker_key).unwrap_or(default);
             topic_defaults.insert(topic_key.to_string(), value.to_string());
         }
-        if let (None, Some(hours)) = (get("log.retention.ms"), get("log.retention.hours")) {
-            let ms =
-                number::<i64>("log.retention.hours", hours, -1, 1 << 30)?.saturating_mul(3_600_000);
-            topic_defaults.insert("retention.ms".into(), ms.to_string());
+        // Kafka's precedence: log.retention.ms, then .minutes, then .hours; -1 is unlimited.
+        if get("log.retention.ms").is_none() {
+            let coarser = [
+                ("log.retention.minutes", 60_000),
+                ("log.retention.hours", 3_600_000),
+            ];
+            if let Some((key, value, unit_ms)) = coarser
+                .into_iter()
+                .find_map(|(key, unit_ms)| Some((key, get(key)?, unit_ms)))
+            {
+                let count = number::<i64>(key, value, -1, 1 << 30)?;
+                let ms = if count < 0 { -1 } else { count * unit_ms };
+                topic_defaults.insert("retention.ms".into(), ms.to_string());
+            }
         }
         topic_defaults.insert("segment.ms".into(), segment_ms_max.to_string());
         let config = BrokerConfig {
@@ -305,6 +319,12 @@ impl BrokerConfig {
             flush_interval: Duration::from_millis(number(
                 "log.flush.interval.ms",
                 get("log.flush.interval.ms").unwrap_or("1000"),
+                1,
+                u64::MAX / 2,
+            )?),
+            retention_check_interval: Duration::from_millis(number(
+                "log.retention.check.interval.ms",
+                get("log.retention.check.interval.ms").unwrap_or("300000"),
                 1,
                 u64::MAX / 2,
             )?),
@@ -576,7 +596,28 @@ mod tests {
 
     #[test]
     fn topic_defaults_follow_broker_keys() {
-        let config = BrokerConfig::load(None, &["log.retention.hours=1".into()]).expect("ok");
-        assert_eq!(config.topic_defaults["retention.ms"], "3600000");
+        let load = |flags: &[&str]| {
+            let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+            BrokerConfig::load(None, &flags).expect("valid")
+        };
+        let retention_ms = |flags: &[&str]| load(flags).topic_defaults["retention.ms"].clone();
+        assert_eq!(retention_ms(&[]), "604800000");
+        assert_eq!(retention_ms(&["log.retention.hours=1"]), "3600000");
+        assert_eq!(retention_ms(&["log.retention.hours=-1"]), "-1");
+        assert_eq!(
+            retention_ms(&["log.retention.hours=1", "log.retention.minutes=2"]),
+            "120000"
+        );
+        assert_eq!(
+            retention_ms(&["log.retention.minutes=2", "log.retention.ms=5"]),
+            "5"
+        );
+        let config = load(&[
+            "log.retention.bytes=1000",
+            "log.retention.check.interval.ms=250",
+        ]);
+        assert_eq!(config.topic_defaults["retention.bytes"], "1000");
+        assert_eq!(config.retention_check_interval, Duration::from_millis(250));
+        assert_eq!(load(&[]).retention_check_interval, Duration::from_secs(300));
     }
 }

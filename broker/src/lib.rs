@@ -22,6 +22,7 @@ pub mod groups;
 pub mod metadata;
 pub mod partition;
 pub mod request;
+pub mod retention;
 pub mod server;
 pub mod shard_state;
 

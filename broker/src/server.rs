@@ -144,6 +144,7 @@ async fn shard_main(
         .unwrap_or_default();
     tracing::info!(shard = shard.id(), address, "listening");
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
+    let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
     let sweeper = glommio::spawn_local(crate::groups::GroupCoordinator::sweep_forever(
         shard.clone(),
     ))
@@ -184,6 +185,7 @@ async fn shard_main(
     }
     drop(listener);
     flusher.cancel();
+    retention.cancel();
     sweeper.cancel();
     shard.close().await;
     inbox.cancel();

@@ -144,20 +144,31 @@ impl Shard {
         Ok(())
     }
 
+    /// A topic-level setting: the topic's own value, else the broker's default for it.
+    pub fn topic_setting<'a>(&'a self, topic: &'a TopicMeta, key: &str) -> Option<&'a str> {
+        topic
+            .configs
+            .get(key)
+            .or_else(|| self.config.topic_defaults.get(key))
+            .map(String::as_str)
+    }
+
+    /// Every partition this shard owns, with its topic's name.
+    pub fn owned_partitions_by_topic(&self) -> Vec<(String, Rc<Partition>)> {
+        let partitions = self.partitions.borrow();
+        partitions
+            .iter()
+            .flat_map(|(name, slots)| slots.iter().flatten().map(|p| (name.clone(), p.clone())))
+            .collect()
+    }
+
     async fn open_partition(
         &self,
         topic: &TopicMeta,
         index: i32,
     ) -> Result<Rc<Partition>, storage::StorageError> {
-        let setting = |key: &str| {
-            topic
-                .configs
-                .get(key)
-                .or_else(|| self.config.topic_defaults.get(key))
-                .cloned()
-        };
         let number = |key: &str, fallback: u64| {
-            setting(key)
+            self.topic_setting(topic, key)
                 .and_then(|value| value.parse::<u64>().ok())
                 .unwrap_or(fallback)
         };

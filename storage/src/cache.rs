@@ -122,10 +122,21 @@ impl BatchCache {
 
     /// Drops every entry of a log (closed or deleted).
     pub(crate) fn remove_log(&self, log_id: u64) {
+        self.remove_where(|entry| entry.log_id == log_id);
+    }
+
+    /// Drops a log's entries of segments below `base_offset` (deleted by retention).
+    pub(crate) fn remove_segments_before(&self, log_id: u64, base_offset: i64) {
+        self.remove_where(|entry| {
+            entry.log_id == log_id && entry.segment_base_offset < base_offset
+        });
+    }
+
+    fn remove_where(&self, remove: impl Fn(&CacheEntry) -> bool) {
         let mut entries = self.entries.borrow_mut();
         let mut bytes = self.bytes.get();
         entries.retain(|entry| {
-            let keep = entry.log_id != log_id;
+            let keep = !remove(entry);
             if !keep {
                 bytes -= entry.charge_bytes;
             }

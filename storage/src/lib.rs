@@ -2,7 +2,8 @@
 //!
 //! Invariants: batches are stored byte-for-byte as the producer sent them except base offset and
 //! partition leader epoch (both outside the CRC); every batch's CRC-32C is checked at ingress and
-//! again when recovery or a read takes it back from disk; offsets in a log are dense and
+//! again when recovery takes it back from disk (reads check lengths only; consumers check
+//! CRCs, as Kafka's do); offsets in a log are dense and
 //! increasing; after a failed write or fdatasync a log refuses writes (latched) rather than
 //! pretend durability.
 //!
@@ -17,6 +18,9 @@
 //! Index files are written whole when a segment is sealed (after a roll) or the log closed;
 //! the active segment's indexes live in memory and are rebuilt from the `.log` after a crash.
 //!
+//! Retention (`Log::apply_retention`) deletes whole segments, oldest first; the log start
+//! offset is the first remaining segment's base offset, so it needs no file of its own.
+//!
 //! For callers: `Log::append` never waits for the disk; when appends outrun it by more than
 //! eight write buffers it refuses with `StorageError::WriteBufferFull` (nothing stored): await
 //! `Log::flush` and retry. `Log::sync` is the acks=all barrier (group commit).
@@ -28,10 +32,12 @@ mod index;
 mod io;
 mod log;
 mod recovery;
+mod retention;
 mod segment;
 mod time_index;
 
 pub use crate::cache::BatchCache;
 pub use crate::error::{AppendError, ReadError, StorageError};
 pub use crate::io::IoMode;
-pub use crate::log::{AppendInfo, DiskReads, Log, LogConfig, ReadResult};
+pub use crate::log::{AppendInfo, Deleted, DiskReads, Log, LogConfig, ReadResult};
+pub use crate::retention::Retention;

@@ -38,8 +38,9 @@ use crate::recovery::{
     check_tail, load_indexes, read_clean_shutdown, scan_segment, write_clean_shutdown,
     write_indexes, CleanShutdown, CLEAN_SHUTDOWN_FILE,
 };
+use crate::retention::{expired_prefix, Retention, SegmentAge};
 use crate::segment::{
-    parse_log_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIMESTAMP_NONE,
+    parse_segment_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIMESTAMP_NONE,
     TIME_INDEX_SUFFIX,
 };
 
@@ -133,6 +134,13 @@ pub struct ReadResult {
     pub records: Bytes,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+}
+
+/// What `Log::apply_retention` deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deleted {
+    pub segments: usize,
+    pub bytes: u64,
 }
 
 /// A handle to one partition's log. Cheap to clone, `!Send`: it lives on one glommio shard.
@@ -229,6 +237,18 @@ enum WriteOp {
         segment_base_offset: i64,
         op_seq: u64,
     },
+}
+
+impl WriteOp {
+    fn segment_base_offset(&self) -> i64 {
+        match self {
+            WriteOp::Data(chunk) => chunk.segment_base_offset,
+            WriteOp::Seal {
+                segment_base_offset,
+                ..
+            } => *segment_base_offset,
+        }
+    }
 }
 
 /// A run of appended bytes of one segment, written with one write.
@@ -876,6 +896,24 @@ impl Inner {
         }
     }
 
+    /// A segment as retention sees it. Like Kafka, a segment whose batches carried no
+    /// timestamp is as old as its file's last modification (or, failing that, new).
+    fn segment_age(&self, segment: &Segment, now_ms: i64) -> SegmentAge {
+        let largest_timestamp_ms = if segment.max_timestamp >= 0 {
+            segment.max_timestamp
+        } else {
+            std::fs::metadata(segment_path(&self.dir, segment.base_offset, LOG_SUFFIX))
+                .and_then(|metadata| metadata.modified())
+                .ok()
+                .and_then(|modified| modified.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(now_ms, |since| since.as_millis() as i64)
+        };
+        SegmentAge {
+            size_bytes: segment.size_bytes,
+            largest_timestamp_ms,
+        }
+    }
+
     fn segment_size_bytes(&self, segment_base_offset: i64) -> Result<u64, StorageError> {
         let state = self.state.borrow();
         match state.segment_slot(segment_base_offset) {
@@ -1235,6 +1273,22 @@ impl Log {
     /// Whole batches starting with the one that contains `offset`, up to `max_bytes` but at
     /// least one whole batch if any exists at or after `offset` (KIP-74).
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
+        let result = self.read_batches(offset, max_bytes).await;
+        if let Err(ReadError::Storage(StorageError::Closed { .. })) = result {
+            // Retention deleted the segment while the read was under way.
+            let state = self.inner.state.borrow();
+            if !state.closed && offset < state.log_start_offset {
+                return Err(ReadError::OffsetOutOfRange {
+                    offset,
+                    log_start_offset: state.log_start_offset,
+                    log_end_offset: state.log_end_offset,
+                });
+            }
+        }
+        result
+    }
+
+    async fn read_batches(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
         let inner = &*self.inner;
         let max_bytes = max_bytes.min(READ_BYTES_MAX);
         let (log_start_offset, log_end_offset, mut segment_base_offset, mut position) = {
@@ -1477,6 +1531,94 @@ impl Log {
         }
     }
 
+    /// Deletes the oldest segments that `retention` lets go (see [`Retention`]) and moves the
+    /// log start offset to the first segment kept. When every record has expired, the active
+    /// segment is rolled first and its empty successor's file created, so the log keeps its
+    /// end offset across restarts. A segment still waiting for its write or seal is kept until
+    /// a later call. Files are unlinked on the executor's blocking thread, since freeing a
+    /// large file's extents would stall the shard.
+    pub async fn apply_retention(
+        &self,
+        retention: Retention,
+        now_ms: i64,
+    ) -> Result<Deleted, StorageError> {
+        let inner = &*self.inner;
+        let (keep_from, roll_active) = {
+            let state = inner.state.borrow();
+            state.check_writable(&inner.dir)?;
+            let ages: Vec<SegmentAge> = state
+                .segments
+                .iter()
+                .map(|segment| inner.segment_age(segment, now_ms))
+                .collect();
+            let expired = expired_prefix(&ages, retention, now_ms);
+            if expired == 0 {
+                return Ok(Deleted::default());
+            }
+            match state.segments.get(expired) {
+                Some(kept) => (kept.base_offset, false),
+                None => (state.log_end_offset, true),
+            }
+        };
+        if roll_active {
+            {
+                let mut state = inner.state.borrow_mut();
+                let log_end_offset = state.log_end_offset;
+                if state.active().base_offset < keep_from {
+                    roll(&mut state, log_end_offset);
+                }
+            }
+            self.flush().await?;
+            inner.segment_file(keep_from).await?;
+        }
+        let (deleted, bases) = {
+            let mut state = inner.state.borrow_mut();
+            let state = &mut *state;
+            let queue = &state.queue;
+            let count = state
+                .segments
+                .windows(2)
+                .take_while(|pair| {
+                    let base = pair[0].base_offset;
+                    pair[1].base_offset <= keep_from
+                        && !queue.iter().any(|op| op.segment_base_offset() == base)
+                })
+                .count();
+            if count == 0 {
+                return Ok(Deleted::default());
+            }
+            let removed: Vec<Segment> = state.segments.drain(..count).collect();
+            state.log_start_offset = state.log_start_offset.max(state.segments[0].base_offset);
+            let deleted = Deleted {
+                segments: count,
+                bytes: removed.iter().map(|s| s.size_bytes).sum(),
+            };
+            let bases: Vec<i64> = removed.iter().map(|s| s.base_offset).collect();
+            (deleted, bases)
+        };
+        let log_start_offset = self.log_start_offset();
+        inner
+            .cache
+            .remove_segments_before(inner.log_id, log_start_offset);
+        tracing::info!(
+            dir = %inner.dir.display(),
+            segments = deleted.segments,
+            bytes = deleted.bytes,
+            log_start_offset,
+            "retention deleted segments"
+        );
+        let dir = inner.dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || {
+                // Oldest first: a crash part-way leaves a shorter log, never a hole.
+                bases
+                    .into_iter()
+                    .try_for_each(|base| remove_segment_files(&dir, base))
+            })
+            .await?;
+        Ok(deleted)
+    }
+
     /// Flushes, syncs and records a clean shutdown so that the next open skips recovery.
     /// Appends fail with `StorageError::Closed` afterwards. Idempotent; a close that was
     /// cancelled or failed part-way can be called again.
@@ -1561,16 +1703,30 @@ fn roll(state: &mut State, log_end_offset: i64) {
     state.segments.push(Segment::new(log_end_offset, None));
 }
 
+/// Base offsets of the segments in `dir`, ascending. Index files without their `.log` (left
+/// by a crash while retention deleted a segment) are removed.
 fn list_segment_bases(dir: &Path) -> Result<Vec<i64>, StorageError> {
     let mut bases = Vec::new();
+    let mut index_bases = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("read dir", dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| StorageError::io("read dir", dir, e))?;
-        if let Some(base) = entry.file_name().to_str().and_then(parse_log_file_name) {
-            bases.push(base);
+        match entry.file_name().to_str().and_then(parse_segment_file_name) {
+            Some((base, LOG_SUFFIX)) => bases.push(base),
+            Some((base, _)) => index_bases.push(base),
+            None => {}
         }
     }
     bases.sort_unstable();
+    for base in index_bases {
+        if bases.binary_search(&base).is_err() {
+            tracing::info!(
+                base_offset = base,
+                "removing the indexes of a deleted segment"
+            );
+            remove_segment_files(dir, base)?;
+        }
+    }
     Ok(bases)
 }
 

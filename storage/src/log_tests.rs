@@ -26,6 +26,14 @@ fn config(io_mode: IoMode) -> LogConfig {
     }
 }
 
+/// Segments that roll after `batches` of `batch(2, _)` each.
+fn small_segments(io_mode: IoMode, batches: u64) -> LogConfig {
+    LogConfig {
+        segment_bytes_max: batch(2, 1_000).len() as u64 * batches,
+        ..config(io_mode)
+    }
+}
+
 fn batch(record_count: i32, base_timestamp: i64) -> Vec<u8> {
     encode_batch(&BatchSpec {
         record_count,
@@ -203,25 +211,13 @@ fn segments_roll_by_size() {
     for mode in modes() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
-            let batch_bytes = batch(2, 1_000).len() as u64;
-            let config = LogConfig {
-                segment_bytes_max: batch_bytes * 3,
-                ..config(mode)
-            };
+            let config = small_segments(mode, 3);
             let log = open(dir.path(), config.clone()).await;
             for _ in 0..7 {
                 log.append(&batch(2, 1_000), 0, 0).expect("append");
             }
             log.flush().await.expect("flush");
-            let bases: Vec<i64> = log
-                .inner
-                .state
-                .borrow()
-                .segments
-                .iter()
-                .map(|s| s.base_offset)
-                .collect();
-            assert_eq!(bases, vec![0, 6, 12]);
+            assert_eq!(segment_bases(&log), vec![0, 6, 12]);
             assert_eq!(
                 batch_base_offsets(&read_all(&log, 0).await),
                 vec![0, 2, 4, 6, 8, 10, 12]
@@ -260,15 +256,7 @@ fn segments_roll_by_age() {
         log.append(&batch(1, 1_000), 0, 10_900).expect("append");
         assert_eq!(log.inner.state.borrow().segments.len(), 1);
         log.append(&batch(1, 1_000), 0, 11_001).expect("append");
-        let bases: Vec<i64> = log
-            .inner
-            .state
-            .borrow()
-            .segments
-            .iter()
-            .map(|s| s.base_offset)
-            .collect();
-        assert_eq!(bases, vec![0, 2]);
+        assert_eq!(segment_bases(&log), vec![0, 2]);
         assert_eq!(batch_base_offsets(&read_all(&log, 0).await), vec![0, 1, 2]);
     });
 }
@@ -955,4 +943,181 @@ fn pathdiff(target: &std::path::Path, base: &std::path::Path) -> Option<std::pat
     let mut out: std::path::PathBuf = std::iter::repeat_n("..", ups).collect();
     out.push(target.strip_prefix(common).ok()?);
     Some(out)
+}
+
+fn segment_bases(log: &Log) -> Vec<i64> {
+    let state = log.inner.state.borrow();
+    state.segments.iter().map(|s| s.base_offset).collect()
+}
+
+fn segment_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| parse_segment_file_name(name).is_some())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn retention_by_size_deletes_the_oldest_segments_and_moves_the_start() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(2, 1_000).len() as u64;
+            let config = small_segments(mode, 2);
+            let log = open(dir.path(), config.clone()).await;
+            for _ in 0..7 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            log.flush().await.expect("flush");
+            assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
+            let keep_three_batches = Retention {
+                ms: -1,
+                bytes: (batch_bytes * 3) as i64,
+            };
+            let deleted = log
+                .apply_retention(keep_three_batches, 0)
+                .await
+                .expect("retention");
+            assert_eq!(
+                deleted,
+                Deleted {
+                    segments: 2,
+                    bytes: batch_bytes * 4
+                }
+            );
+            assert_eq!(segment_bases(&log), vec![8, 12]);
+            assert_eq!(log.log_start_offset(), 8);
+            assert_eq!(log.size_bytes(), batch_bytes * 3);
+            assert!(!dir.path().join("00000000000000000000.log").exists());
+            assert!(!dir.path().join("00000000000000000004.index").exists());
+            match log.read(7, 1 << 20).await {
+                Err(ReadError::OffsetOutOfRange {
+                    log_start_offset: 8,
+                    log_end_offset: 14,
+                    ..
+                }) => {}
+                other => panic!("read below the start: {other:?}"),
+            }
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 8).await),
+                vec![8, 10, 12]
+            );
+            // Nothing more to delete: the rest is within the limit.
+            let again = log.apply_retention(keep_three_batches, 0).await;
+            assert_eq!(again.expect("retention"), Deleted::default());
+
+            // The start offset is the first segment's base: it survives a crash.
+            drop(log);
+            let log = open(dir.path(), config).await;
+            assert_eq!((log.log_start_offset(), log.log_end_offset()), (8, 14));
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 8).await),
+                vec![8, 10, 12]
+            );
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn retention_by_time_of_everything_keeps_the_end_offset() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = small_segments(mode, 2);
+            let log = open(dir.path(), config.clone()).await;
+            for timestamp in [1_000, 2_000, 3_000] {
+                log.append(&batch(2, timestamp), 0, 0).expect("append");
+            }
+            log.flush().await.expect("flush");
+            let retention = Retention {
+                ms: 10_000,
+                bytes: -1,
+            };
+            // The first segment's largest timestamp is 2001, the active one's 3001.
+            let deleted = log
+                .apply_retention(retention, 12_500)
+                .await
+                .expect("retention");
+            assert_eq!(deleted.segments, 1);
+            assert_eq!(log.log_start_offset(), 4);
+            // Now the active segment has expired too: it is rolled and deleted, and an empty
+            // segment at the end offset remains, in memory and on disk.
+            let deleted = log
+                .apply_retention(retention, 13_002)
+                .await
+                .expect("retention");
+            assert_eq!(deleted.segments, 1);
+            assert_eq!(segment_bases(&log), vec![6]);
+            assert_eq!((log.log_start_offset(), log.log_end_offset()), (6, 6));
+            assert_eq!(
+                segment_files(dir.path()),
+                vec!["00000000000000000006.log".to_string()]
+            );
+            drop(log); // crash
+            let log = open(dir.path(), config.clone()).await;
+            assert_eq!((log.log_start_offset(), log.log_end_offset()), (6, 6));
+            let info = log.append(&batch(1, 20_000), 0, 0).expect("append");
+            assert_eq!(info.base_offset, 6);
+            assert_eq!(batch_base_offsets(&read_all(&log, 6).await), vec![6]);
+            log.close().await.expect("close");
+            let log = open(dir.path(), config).await;
+            assert_eq!((log.log_start_offset(), log.log_end_offset()), (6, 7));
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn retention_waits_for_a_segment_to_be_sealed() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let batch_bytes = batch(2, 1_000).len() as u64;
+        let config = small_segments(IoMode::Direct, 1);
+        let log = open(dir.path(), config).await;
+        for _ in 0..3 {
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+        }
+        // Nothing has been written yet: the two sealed-to-be segments stay for now.
+        let everything_but_one = Retention {
+            ms: -1,
+            bytes: batch_bytes as i64,
+        };
+        let deleted = log.apply_retention(everything_but_one, 0).await;
+        assert_eq!(deleted.expect("retention"), Deleted::default());
+        assert_eq!(segment_bases(&log), vec![0, 2, 4]);
+        log.flush().await.expect("flush");
+        let deleted = log.apply_retention(everything_but_one, 0).await;
+        assert_eq!(deleted.expect("retention").segments, 2);
+        assert_eq!(segment_bases(&log), vec![4]);
+        assert_eq!(batch_base_offsets(&read_all(&log, 4).await), vec![4]);
+    });
+}
+
+#[test]
+fn indexes_left_without_their_log_are_removed_on_open() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = small_segments(IoMode::Buffered, 1);
+        let log = open(dir.path(), config.clone()).await;
+        for _ in 0..3 {
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+        }
+        log.close().await.expect("close");
+        // A crash while retention deleted segment 0: its .log is gone, its indexes not.
+        std::fs::remove_file(dir.path().join("00000000000000000000.log")).expect("remove");
+        let log = open(dir.path(), config).await;
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (2, 6));
+        let files = segment_files(dir.path());
+        assert!(
+            files
+                .iter()
+                .all(|name| !name.starts_with("00000000000000000000.")),
+            "{files:?}"
+        );
+        log.close().await.expect("close");
+    });
 }

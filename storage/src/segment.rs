@@ -23,13 +23,17 @@ pub(crate) fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBu
     dir.join(format!("{base_offset:020}.{suffix}"))
 }
 
-/// Base offset of a segment's `.log` file name, or `None` for any other file.
-pub(crate) fn parse_log_file_name(name: &str) -> Option<i64> {
-    let digits = name.strip_suffix(".log")?;
+/// Base offset and suffix of a segment file's name (`.log`, `.index` or `.timeindex`), or
+/// `None` for any other file.
+pub(crate) fn parse_segment_file_name(name: &str) -> Option<(i64, &'static str)> {
+    let (digits, suffix) = name.split_once('.')?;
+    let suffix = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
+        .into_iter()
+        .find(|known| *known == suffix)?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    Some((digits.parse().ok()?, suffix))
 }
 
 pub(crate) struct Segment {
@@ -114,9 +118,19 @@ mod tests {
     fn names_have_twenty_digits() {
         let path = segment_path(Path::new("/p"), 42, LOG_SUFFIX);
         assert_eq!(path, Path::new("/p/00000000000000000042.log"));
-        assert_eq!(parse_log_file_name("00000000000000000042.log"), Some(42));
-        assert_eq!(parse_log_file_name("00000000000000000042.index"), None);
-        assert_eq!(parse_log_file_name("42.log"), None);
-        assert_eq!(parse_log_file_name("0000000000000000004x.log"), None);
+        let parse = parse_segment_file_name;
+        assert_eq!(parse("00000000000000000042.log"), Some((42, LOG_SUFFIX)));
+        assert_eq!(
+            parse("00000000000000000042.index"),
+            Some((42, INDEX_SUFFIX))
+        );
+        assert_eq!(
+            parse("00000000000000000042.timeindex"),
+            Some((42, TIME_INDEX_SUFFIX))
+        );
+        assert_eq!(parse("00000000000000000042.log.swap"), None);
+        assert_eq!(parse("42.log"), None);
+        assert_eq!(parse("0000000000000000004x.log"), None);
+        assert_eq!(parse("clean_shutdown.checkpoint"), None);
     }
 }
