@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::client::TopicSpec;
 use crate::encode::Compression;
 
 #[derive(Parser, Debug)]
@@ -45,12 +46,27 @@ pub struct Common {
     pub partitions: i32,
     #[arg(long, default_value_t = 1)]
     pub replication_factor: i16,
+    /// A setting for the topic when it is created, e.g. --topic-config retention.bytes=4294967296
+    /// for runs long enough to fill the disk (repeatable).
+    #[arg(long = "topic-config", value_name = "KEY=VALUE", value_parser = parse_setting)]
+    pub topic_configs: Vec<(String, String)>,
     /// Cores (glommio executors, one per core) to spread connections over; 0 = all online.
     #[arg(long, default_value_t = 0)]
     pub cores: usize,
     /// Print a machine-readable summary on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+impl Common {
+    /// How to create the topic when it is missing.
+    pub fn topic_spec(&self) -> TopicSpec {
+        TopicSpec {
+            partitions: self.partitions,
+            replication_factor: self.replication_factor,
+            configs: self.topic_configs.clone(),
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -217,6 +233,14 @@ pub fn acks_name(acks: i16) -> String {
     }
 }
 
+/// `key=value`, split at the first `=`.
+pub fn parse_setting(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
 pub fn parse_acks(s: &str) -> Result<i16, String> {
     match s {
         "0" => Ok(0),
@@ -277,6 +301,10 @@ mod tests {
             "--dry-run",
             "--linger",
             "1ms",
+            "--topic-config",
+            "retention.bytes=1000",
+            "--topic-config",
+            "segment.ms=a=b",
         ])
         .expect("parses");
         let Command::Produce(p) = cli.command else {
@@ -288,6 +316,16 @@ mod tests {
             (-1, 1024, Some(1000.0))
         );
         assert!(p.dry_run);
+        let spec = p.common.topic_spec();
+        assert_eq!(
+            spec.configs,
+            vec![
+                ("retention.bytes".to_string(), "1000".to_string()),
+                ("segment.ms".to_string(), "a=b".to_string())
+            ]
+        );
+        let no_value = ["ringlog-bench", "produce", "--topic-config", "retention.ms"];
+        assert!(Cli::try_parse_from(no_value).is_err());
         let cli = Cli::try_parse_from([
             "ringlog-bench",
             "matrix",

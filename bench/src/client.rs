@@ -188,6 +188,15 @@ pub struct PartitionLeader {
     pub leader: SocketAddr,
 }
 
+/// How to create a topic the bench needs and does not find.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// Topic-level settings, Kafka's names (`retention.bytes`, `segment.bytes`, ...).
+    pub configs: Vec<(String, String)>,
+}
+
 /// A request-at-a-time connection, for admin calls and fetches.
 pub struct Connection {
     pub stream: TcpStream,
@@ -312,20 +321,25 @@ impl Connection {
         Ok(Some(leaders))
     }
 
-    pub async fn create_topic(
-        &mut self,
-        topic: &str,
-        partitions: i32,
-        replication: i16,
-    ) -> Result<()> {
+    pub async fn create_topic(&mut self, topic: &str, spec: &TopicSpec) -> Result<()> {
         if self.versions.create_topics < 0 {
             bail!("broker offers no CreateTopics version this bench speaks");
         }
+        let configs = spec
+            .configs
+            .iter()
+            .map(|(key, value)| {
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_string(key.clone()))
+                    .with_value(Some(StrBytes::from_string(value.clone())))
+            })
+            .collect();
         let request = CreateTopicsRequest::default()
             .with_topics(vec![create_topics_request::CreatableTopic::default()
                 .with_name(topic_name(topic))
-                .with_num_partitions(partitions)
-                .with_replication_factor(replication)])
+                .with_num_partitions(spec.partitions)
+                .with_replication_factor(spec.replication_factor)
+                .with_configs(configs)])
             .with_timeout_ms(30_000);
         let response = self.call(self.versions.create_topics, &request).await?;
         for t in &response.topics {
@@ -359,17 +373,17 @@ impl Connection {
         Ok(())
     }
 
-    /// Finds the leaders of `topic`, creating it with `partitions` partitions when missing.
+    /// Finds the leaders of `topic`, creating it as `spec` says when missing.
     pub async fn ensure_topic(
         &mut self,
         topic: &str,
-        partitions: i32,
-        replication: i16,
+        spec: &TopicSpec,
     ) -> Result<Vec<PartitionLeader>> {
         if let Some(leaders) = self.leaders(topic).await? {
             return Ok(leaders);
         }
-        self.create_topic(topic, partitions, replication).await?;
+        self.create_topic(topic, spec).await?;
+        let partitions = spec.partitions;
         // Leaders can take a moment to be elected after creation.
         for _ in 0..100 {
             if let Some(leaders) = self.leaders(topic).await? {

@@ -460,7 +460,8 @@ mod tests {
         let addr = broker.addr.to_string();
         let mut load = crate::produce::tests::load(20_000);
         load.batch_size = 4_096;
-        crate::produce::run(&addr, "c", 3, 1, 0, &load, false).expect("produces");
+        crate::produce::run(&addr, "c", &crate::produce::tests::spec(3), 0, &load, false)
+            .expect("produces");
         let cli = crate::cli::Cli::try_parse_from([
             "ringlog-bench",
             "consume",

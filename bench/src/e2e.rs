@@ -43,11 +43,11 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
     let rate = load.rate.unwrap_or(DEFAULT_RATE);
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();
-    let (partitions, replication) = (args.common.partitions, args.common.replication_factor);
+    let spec = args.common.topic_spec();
     let (leaders, starts) = cores::run_local(async move {
         let addr = client::resolve(&bootstrap).await?;
         let mut conn = Connection::connect(addr).await?;
-        let leaders = conn.ensure_topic(&topic, partitions, replication).await?;
+        let leaders = conn.ensure_topic(&topic, &spec).await?;
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
         let starts = conn.list_offsets(&topic, &parts, -1).await?;
         Ok::<_, anyhow::Error>((leaders, starts))

@@ -29,8 +29,7 @@ fn main() {
         Command::Produce(args) => produce::run(
             &args.common.bootstrap_server,
             &args.common.topic,
-            args.common.partitions,
-            args.common.replication_factor,
+            &args.common.topic_spec(),
             args.common.cores,
             &args.load,
             args.dry_run,

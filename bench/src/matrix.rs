@@ -52,8 +52,7 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
             let outcome = match produce::run(
                 &args.common.bootstrap_server,
                 &topic,
-                args.common.partitions,
-                args.common.replication_factor,
+                &args.common.topic_spec(),
                 args.common.cores,
                 &load,
                 false,

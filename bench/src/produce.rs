@@ -28,7 +28,7 @@ use hdrhistogram::Histogram;
 use kafka_protocol::messages::ProduceRequest;
 
 use crate::cli::{acks_name, LoadArgs, Payload};
-use crate::client::{self, error_name, Connection, PartitionLeader};
+use crate::client::{self, error_name, Connection, PartitionLeader, TopicSpec};
 use crate::cores::{self, Counters, Progress};
 use crate::encode::{
     fill_batch, fill_batch_stamped, BatchBuilder, Compression, PayloadPool, ProduceFraming,
@@ -225,8 +225,7 @@ pub struct Outcome {
 pub fn run(
     bootstrap: &str,
     topic: &str,
-    partitions: i32,
-    replication: i16,
+    spec: &TopicSpec,
     cores_requested: usize,
     load: &LoadArgs,
     dry_run: bool,
@@ -243,11 +242,12 @@ pub fn run(
     } else {
         let bootstrap = bootstrap.to_string();
         let topic = topic.to_string();
+        let spec = spec.clone();
         let (leaders, fresh) = cores::run_local(async move {
             let addr = client::resolve(&bootstrap).await?;
             let mut conn = Connection::connect(addr).await?;
             let fresh = conn.leaders(&topic).await?.is_none();
-            let leaders = conn.ensure_topic(&topic, partitions, replication).await?;
+            let leaders = conn.ensure_topic(&topic, &spec).await?;
             Ok::<_, anyhow::Error>((leaders, fresh))
         })??;
         created = fresh;
@@ -305,7 +305,7 @@ pub fn run(
         load,
         producers,
         cores,
-        partitions,
+        spec.partitions,
         &total,
         log_end_offset_total,
     );
@@ -768,6 +768,14 @@ pub(crate) mod tests {
         }
     }
 
+    pub fn spec(partitions: i32) -> TopicSpec {
+        TopicSpec {
+            partitions,
+            replication_factor: 1,
+            configs: Vec::new(),
+        }
+    }
+
     pub fn load(messages: u64) -> LoadArgs {
         LoadArgs {
             message_size: 100,
@@ -809,7 +817,7 @@ pub(crate) mod tests {
             // Open loop: 5 000 messages take 250 ms, so a 20 ms warm-up leaves most measured.
             l.warmup = Duration::from_millis(if rate.is_some() { 20 } else { 0 });
             let topic = format!("t{i}");
-            let out = run(&addr, &topic, 3, 1, 0, &l, false).expect("runs");
+            let out = run(&addr, &topic, &spec(3), 0, &l, false).expect("runs");
             let s = &out.summary;
             assert!(s.ok(), "{:?}", s.errors);
             assert_eq!(s.sent, 5_000, "case {i}");
@@ -827,7 +835,7 @@ pub(crate) mod tests {
     fn unreachable_broker_is_an_error() {
         let _executors = crate::cores::executor_test_lock();
         let l = load(10);
-        assert!(run("127.0.0.1:1", "t", 1, 1, 0, &l, false).is_err());
+        assert!(run("127.0.0.1:1", "t", &spec(1), 0, &l, false).is_err());
     }
 
     #[test]
@@ -849,7 +857,7 @@ pub(crate) mod tests {
             request_timeout_ms: 30_000,
             seed: 1,
         };
-        let out = run("127.0.0.1:1", "t", 1, 1, 0, &load, true).expect("dry run");
+        let out = run("127.0.0.1:1", "t", &spec(1), 0, &load, true).expect("dry run");
         assert_eq!(out.summary.sent, 100_000);
         assert_eq!(out.summary.measured_messages, 100_000);
         assert!(out.summary.msgs_per_s > 0.0 && out.summary.ok());
