@@ -21,13 +21,13 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
@@ -37,6 +37,7 @@ use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tracing::{debug, warn};
 
 use crate::frame::{self, Check, LENGTH_PREFIX_BYTES};
+use crate::out_frame::OutFrame;
 use crate::read_buffer::ReadBuffer;
 use crate::request::{decode_request, DecodeError, Request};
 use crate::response::{encode_response, encode_unsupported_api_versions};
@@ -71,7 +72,7 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
 }
 
-/// An answer slot: either a handler still working, or bytes ready to go.
+/// An answer slot: either a handler still working, or a frame ready to go.
 enum Slot {
     Pending {
         api_key: ApiKey,
@@ -79,7 +80,7 @@ enum Slot {
         correlation_id: i32,
         task: JoinHandle<Reply>,
     },
-    Ready(BytesMut),
+    Ready(OutFrame),
 }
 
 /// Serves `stream` until the client leaves or breaks the protocol.
@@ -182,7 +183,7 @@ async fn read_requests<H: Handler>(
                     peer,
                     api_version, "ApiVersions version not supported; answering v0"
                 );
-                let mut out = BytesMut::new();
+                let mut out = OutFrame::default();
                 encode_unsupported_api_versions(correlation_id, apis, &mut out)
                     .map_err(io::Error::other)?;
                 Slot::Ready(out)
@@ -202,10 +203,10 @@ async fn write_answers(
     mut socket: Half,
     slots: local_channel::LocalReceiver<(Slot, Option<StaticPermit>)>,
 ) -> io::Result<()> {
-    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut out = OutFrame::with_capacity(READ_CHUNK_BYTES);
     while let Some((slot, permit)) = slots.recv().await {
         match slot {
-            Slot::Ready(bytes) => out = bytes,
+            Slot::Ready(frame) => out = frame,
             Slot::Pending {
                 api_key,
                 api_version,
@@ -215,7 +216,6 @@ async fn write_answers(
                 let reply = task.await;
                 match reply {
                     Some(Reply::Respond(body)) => {
-                        out.clear();
                         encode_response(api_key, api_version, correlation_id, &body, &mut out)
                             .map_err(io::Error::other)?;
                     }
@@ -224,7 +224,7 @@ async fn write_answers(
                 }
             }
         }
-        socket.write_all(&out).await?;
+        socket.write_all_vectored(&mut out.io_slices()).await?;
         drop(permit);
     }
     socket.flush().await
@@ -251,6 +251,49 @@ fn is_disconnect(error: &io::Error) -> bool {
 
 /// One side of a socket shared by the reader and the writer.
 struct Half(Rc<RefCell<TcpStream>>);
+
+/// Most slices one `sendmsg` takes (Linux's IOV_MAX).
+const IOV_MAX: usize = 1024;
+
+impl Half {
+    /// Writes every byte of `slices`, in order: each round hands the socket all of them in
+    /// one `sendmsg`; when the socket has no room, waits for it through the stream.
+    async fn write_all_vectored(&mut self, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+        while !slices.is_empty() {
+            let written = match self.try_send_vectored(slices) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    self.write(&slices[0]).await?
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                other => other?,
+            };
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut slices, written);
+        }
+        Ok(())
+    }
+
+    /// One non-blocking `sendmsg` of up to `IOV_MAX` slices.
+    fn try_send_vectored(&self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        let slices = &slices[..slices.len().min(IOV_MAX)];
+        let fd = self.0.borrow().as_raw_fd();
+        // SAFETY: msghdr is plain data, zeroed means "no address, no control data";
+        // IoSlice is ABI-compatible with iovec, and `slices` outlives the call.
+        let sent = unsafe {
+            let mut message: libc::msghdr = std::mem::zeroed();
+            message.msg_iov = slices.as_ptr() as *mut libc::iovec;
+            message.msg_iovlen = slices.len() as _;
+            libc::sendmsg(fd, &message, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if sent < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(sent as usize)
+        }
+    }
+}
 
 impl AsyncRead for Half {
     fn poll_read(

@@ -15,12 +15,14 @@
 pub mod connection;
 pub mod consumer_protocol;
 pub mod frame;
+pub mod out_frame;
 mod read_buffer;
 pub mod request;
 pub mod response;
 pub mod versions;
 
 pub use connection::{serve_connection, ConnectionLimits, Handler, Reply};
+pub use out_frame::OutFrame;
 pub use request::{decode_request, DecodeError, Request};
 pub use response::encode_response;
 pub use versions::SupportedApis;

@@ -1,33 +1,31 @@
 //! Encoding one response frame: length prefix, response header, body.
 //!
-//! Invariant: the length prefix is written last, from the bytes actually encoded, so a
-//! frame can never announce a length its body does not have.
+//! Invariant: the length prefix is set last, from the bytes actually encoded, so a frame
+//! can never announce a length its body does not have.
 
-use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::Encodable;
 
-use crate::frame::LENGTH_PREFIX_BYTES;
+use crate::out_frame::OutFrame;
 use crate::SupportedApis;
 
 /// Kafka's UNSUPPORTED_VERSION error code.
 pub const UNSUPPORTED_VERSION: i16 = 35;
 
-/// Appends the framed response to `out`.
+/// Encodes the framed response into `out`, which it clears first.
 pub fn encode_response(
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
     body: &ResponseKind,
-    out: &mut BytesMut,
+    out: &mut OutFrame,
 ) -> anyhow::Result<()> {
-    let start = out.len();
-    out.put_i32(0);
+    out.clear();
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     header.encode(out, api_key.response_header_version(api_version))?;
     body.encode(out, api_version)?;
-    patch_length(out, start);
+    out.seal();
     Ok(())
 }
 
@@ -36,7 +34,7 @@ pub fn encode_response(
 pub fn encode_unsupported_api_versions(
     correlation_id: i32,
     apis: &SupportedApis,
-    out: &mut BytesMut,
+    out: &mut OutFrame,
 ) -> anyhow::Result<()> {
     let body = ApiVersionsResponse::default()
         .with_error_code(UNSUPPORTED_VERSION)
@@ -50,24 +48,18 @@ pub fn encode_unsupported_api_versions(
     )
 }
 
-fn patch_length(out: &mut BytesMut, start: usize) {
-    let body_bytes = out.len() - start - LENGTH_PREFIX_BYTES;
-    let length = i32::try_from(body_bytes).expect("responses are bounded far below 2 GiB");
-    out[start..start + LENGTH_PREFIX_BYTES].copy_from_slice(&length.to_be_bytes());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::{Buf, Bytes};
+    use bytes::Buf;
     use kafka_protocol::protocol::Decodable;
 
     #[test]
     fn unsupported_api_versions_is_a_v0_error_response() {
         let apis = SupportedApis::new(&[(ApiKey::ApiVersions, 0, 3)]);
-        let mut out = BytesMut::new();
+        let mut out = OutFrame::default();
         encode_unsupported_api_versions(7, &apis, &mut out).expect("encode");
-        let mut frame = Bytes::from(out.to_vec());
+        let mut frame = out.to_bytes();
         assert_eq!(frame.get_i32() as usize, frame.len());
         assert_eq!(
             frame.get_i32(),

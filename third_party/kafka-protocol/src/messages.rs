@@ -9,6 +9,7 @@ use crate::protocol::Decodable;
 #[cfg(feature = "messages_enums")]
 #[cfg(any(feature = "client", feature = "broker"))]
 use crate::protocol::Encodable;
+use crate::protocol::buf::ByteBufMut;
 #[cfg(all(feature = "client", feature = "broker"))]
 use crate::protocol::Request;
 use crate::protocol::VersionRange;
@@ -2798,7 +2799,8 @@ fn decode<T: Decodable>(bytes: &mut bytes::Bytes, version: i16) -> Result<T> {
 
 #[cfg(feature = "messages_enums")]
 #[cfg(any(feature = "client", feature = "broker"))]
-fn encode<T: Encodable>(encodable: &T, bytes: &mut bytes::BytesMut, version: i16) -> Result<()> {
+// ringlog patch: any ByteBufMut, so a response can be encoded into a vectored frame.
+fn encode<T: Encodable, B: ByteBufMut>(encodable: &T, bytes: &mut B, version: i16) -> Result<()> {
     encodable.encode(bytes, version).with_context(|| {
         format!(
             "Failed to encode {} v{} body",
@@ -2993,7 +2995,8 @@ pub enum ResponseKind {
 impl ResponseKind {
     /// Encode the message into the target buffer
     #[cfg(feature = "broker")]
-    pub fn encode(&self, bytes: &mut bytes::BytesMut, version: i16) -> anyhow::Result<()> {
+    // ringlog patch: generic over the buffer (was `&mut bytes::BytesMut`).
+    pub fn encode<B: ByteBufMut>(&self, bytes: &mut B, version: i16) -> anyhow::Result<()> {
         match self {
             ResponseKind::Produce(x) => encode(x, bytes, version),
             ResponseKind::Fetch(x) => encode(x, bytes, version),

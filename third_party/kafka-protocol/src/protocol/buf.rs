@@ -181,6 +181,14 @@ pub trait ByteBufMut: BufMut {
     /// Read a range from the buffer.
     fn range(&mut self, r: Range<usize>) -> &mut [u8];
 
+    /// Put `bytes` at the current buffer offset. A buffer that can keep a reference to the
+    /// shared bytes instead of copying them (a response frame sent with one vectored write)
+    /// overrides this.
+    // ringlog patch: lets a Fetch response carry its records without copying them.
+    fn put_shared(&mut self, bytes: &bytes::Bytes) {
+        self.put_slice(bytes);
+    }
+
     /// Put a gap of `len` at the current buffer offset.
     fn put_gap(&mut self, len: usize) -> Gap {
         let res = Gap {
@@ -243,5 +251,9 @@ impl<T: ByteBufMut> ByteBufMut for &mut T {
     }
     fn range(&mut self, r: Range<usize>) -> &mut [u8] {
         (**self).range(r)
+    }
+    // ringlog patch: forward to the buffer's own put_shared.
+    fn put_shared(&mut self, bytes: &bytes::Bytes) {
+        (**self).put_shared(bytes)
     }
 }
