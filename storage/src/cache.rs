@@ -1,6 +1,7 @@
-//! Per-shard cache of recently written data, shared by every `Log` of the shard through `Rc`.
-//! In direct mode a written DMA buffer stays shared here (`Rc<DmaBuffer>`, no copy), so tailing
-//! consumers are served from memory instead of re-reading what O_DIRECT just wrote.
+//! Per-shard cache of recently written and read-ahead data, shared by every `Log` of the
+//! shard through `Rc`. In direct mode a written DMA buffer stays shared here (`Rc<DmaBuffer>`,
+//! no copy), so tailing consumers are served from memory instead of re-reading what O_DIRECT
+//! just wrote; a log reading ahead for a sequential consumer leaves its read buffer here.
 //!
 //! Invariants: the sum of the cached buffers' allocation sizes stays <= `bytes_max` (oldest
 //! entries are evicted first; an entry larger than the whole budget is not kept); an entry
@@ -10,7 +11,36 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use glommio::io::DmaBuffer;
+use glommio::io::{DmaBuffer, ReadResult};
+
+/// The memory behind a cache entry.
+pub(crate) enum CachedBytes {
+    /// A write chunk, shared with the log that wrote it.
+    Written(Rc<DmaBuffer>),
+    /// An O_DIRECT read done ahead of a reader.
+    Read(ReadResult),
+}
+
+impl CachedBytes {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            CachedBytes::Written(buf) => buf.as_bytes(),
+            CachedBytes::Read(data) => data,
+        }
+    }
+}
+
+impl From<Rc<DmaBuffer>> for CachedBytes {
+    fn from(buf: Rc<DmaBuffer>) -> Self {
+        CachedBytes::Written(buf)
+    }
+}
+
+impl From<ReadResult> for CachedBytes {
+    fn from(data: ReadResult) -> Self {
+        CachedBytes::Read(data)
+    }
+}
 
 struct CacheEntry {
     log_id: u64,
@@ -18,7 +48,7 @@ struct CacheEntry {
     position: u64,
     len: usize,
     charge_bytes: usize,
-    data: Rc<DmaBuffer>,
+    data: CachedBytes,
 }
 
 /// Recently appended data of the shard's logs, bounded by a byte budget.
@@ -59,9 +89,10 @@ impl BatchCache {
         position: u64,
         len: usize,
         charge_bytes: usize,
-        data: Rc<DmaBuffer>,
+        data: impl Into<CachedBytes>,
     ) {
-        assert!(len <= data.len());
+        let data = data.into();
+        assert!(len <= data.as_bytes().len());
         if charge_bytes > self.bytes_max {
             return;
         }
@@ -84,21 +115,46 @@ impl BatchCache {
         self.bytes.set(bytes + charge_bytes);
     }
 
-    /// Copies `[position, position + len)` of a segment into `out` if cached entries hold all
-    /// of it (consecutive writes overlap by their shared partial block, so a range may span
-    /// several entries). Searches newest first: tailing consumers ask for what was written
-    /// last. On a miss `out` is left as it was.
+    /// Copies the longest cached run of `[position, position + len)`, from `position` on,
+    /// into `out`; returns its length (0 on a miss). Consecutive writes overlap by their
+    /// shared partial block, so a run may span several entries. Searches newest first:
+    /// tailing consumers ask for what was written last.
     // TODO: a per-log map if shards hold thousands of logs; the scan is linear in entries.
-    pub(crate) fn copy_range(
+    pub(crate) fn copy_prefix(
         &self,
         log_id: u64,
         segment_base_offset: i64,
         position: u64,
         len: usize,
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> usize {
+        self.walk_prefix(log_id, segment_base_offset, position, len, |piece| {
+            out.extend_from_slice(piece)
+        })
+    }
+
+    /// Length of the longest cached run of `[position, position + len)` from `position` on.
+    pub(crate) fn cached_prefix_bytes(
+        &self,
+        log_id: u64,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+    ) -> usize {
+        self.walk_prefix(log_id, segment_base_offset, position, len, |_| {})
+    }
+
+    /// Hands the pieces of the longest cached run of `[position, position + len)`, in order,
+    /// to `each`; returns the run's length.
+    fn walk_prefix(
+        &self,
+        log_id: u64,
+        segment_base_offset: i64,
+        position: u64,
+        len: usize,
+        mut each: impl FnMut(&[u8]),
+    ) -> usize {
         let entries = self.entries.borrow();
-        let out_len_before = out.len();
         let end = position + len as u64;
         let mut at = position;
         while at < end {
@@ -108,16 +164,13 @@ impl BatchCache {
                     && entry.position <= at
                     && at < entry.position + entry.len as u64
             });
-            let Some(entry) = covering else {
-                out.truncate(out_len_before);
-                return false;
-            };
+            let Some(entry) = covering else { break };
             let from = (at - entry.position) as usize;
             let to = (end.min(entry.position + entry.len as u64) - entry.position) as usize;
-            out.extend_from_slice(&entry.data.as_bytes()[from..to]);
+            each(&entry.data.as_bytes()[from..to]);
             at += (to - from) as u64;
         }
-        true
+        (at - position) as usize
     }
 
     /// Drops every entry of a log (closed or deleted).
@@ -163,21 +216,38 @@ mod tests {
         cache.insert(log, 0, 0, 4096, 4096, buffer(1));
         cache.insert(log, 0, 4096, 100, 4096, buffer(2));
         let mut out = Vec::new();
-        assert!(cache.copy_range(log, 0, 10, 20, &mut out));
+        assert_eq!(cache.copy_prefix(log, 0, 10, 20, &mut out), 20);
         assert_eq!(out, vec![1u8; 20]);
-        out.clear();
-        assert!(
-            !cache.copy_range(log, 0, 4096, 101, &mut out),
-            "past the written bytes"
+        assert_eq!(
+            cache.cached_prefix_bytes(log, 0, 4096, 101),
+            100,
+            "up to the written bytes"
         );
-        assert!(!cache.copy_range(log, 5, 0, 1, &mut out), "other segment");
+        assert_eq!(cache.cached_prefix_bytes(log, 5, 0, 1), 0, "other segment");
         cache.insert(log, 0, 8192, 10, 4096, buffer(3));
         assert_eq!(cache.size_bytes(), 8192);
-        assert!(
-            !cache.copy_range(log, 0, 10, 20, &mut out),
+        assert_eq!(
+            cache.cached_prefix_bytes(log, 0, 10, 20),
+            0,
             "oldest evicted"
         );
         cache.remove_log(log);
         assert_eq!(cache.size_bytes(), 0);
+    }
+
+    #[test]
+    fn a_prefix_is_served_up_to_the_first_gap() {
+        let cache = BatchCache::new(1 << 20);
+        let log = cache.register_log();
+        cache.insert(log, 0, 0, 4096, 4096, buffer(1));
+        cache.insert(log, 0, 4096, 1000, 4096, buffer(2));
+        let mut out = Vec::new();
+        assert_eq!(cache.copy_prefix(log, 0, 4000, 5000, &mut out), 1096);
+        assert_eq!(cache.cached_prefix_bytes(log, 0, 4000, 5000), 1096);
+        assert_eq!(&out[..96], &[1u8; 96][..]);
+        assert_eq!(&out[96..], &[2u8; 1000][..]);
+        out.clear();
+        assert_eq!(cache.copy_prefix(log, 0, 5096, 10, &mut out), 0);
+        assert!(out.is_empty());
     }
 }

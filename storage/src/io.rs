@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions};
+use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions, ReadResult};
 
 use crate::error::StorageError;
 
@@ -128,21 +128,38 @@ impl SegmentFile {
         }
     }
 
+    /// Direct mode: the whole blocks around `[position, position + len)`, in glommio's
+    /// buffer (no copy), with the file position of its first byte; fewer bytes only at the
+    /// end of the file.
+    pub async fn read_blocks(
+        &self,
+        position: u64,
+        len: usize,
+    ) -> Result<(u64, ReadResult), StorageError> {
+        let FileKind::Direct(file) = &self.kind else {
+            unreachable!("read_blocks is for direct mode")
+        };
+        let block_position = align_down(position);
+        let block_end = align_up(position + len as u64);
+        let size = (block_end - block_position) as usize;
+        let data = file
+            .read_at_aligned(block_position, size)
+            .await
+            .map_err(|e| StorageError::io("read", &self.path, e.into()))?;
+        Ok((block_position, data))
+    }
+
     /// Reads up to `len` bytes at `position`; fewer only at the end of the file.
     pub async fn read(&self, position: u64, len: usize) -> Result<Bytes, StorageError> {
-        let (block_position, result) = match &self.kind {
-            FileKind::Direct(file) => {
-                let block_position = align_down(position);
-                let block_end = align_up(position + len as u64);
-                let size = (block_end - block_position) as usize;
-                (
-                    block_position,
-                    file.read_at_aligned(block_position, size).await,
-                )
-            }
-            FileKind::Buffered(file) => (position, file.read_at(position, len).await),
+        let (block_position, data) = match &self.kind {
+            FileKind::Direct(_) => self.read_blocks(position, len).await?,
+            FileKind::Buffered(file) => (
+                position,
+                file.read_at(position, len)
+                    .await
+                    .map_err(|e| StorageError::io("read", &self.path, e.into()))?,
+            ),
         };
-        let data = result.map_err(|e| StorageError::io("read", &self.path, e.into()))?;
         let from = ((position - block_position) as usize).min(data.len());
         let to = (from + len).min(data.len());
         // The copy out of glommio's buffer is the read's one copy: `Bytes` must own its memory.

@@ -52,6 +52,9 @@ const CHUNK_BYTES_MIN: usize = 64 << 10;
 /// Largest read issued at once when looking for batches (MACHINE.md: page-cache reads are
 /// fastest at 64–256 KiB, but a fetch wants its bytes in one piece).
 const READ_WINDOW_BYTES_MAX: usize = 8 << 20;
+/// Direct mode reads ahead for a sequential reader only when at least this much of the
+/// segment is on disk past its next read; closer to the end, the write cache serves it.
+const READ_AHEAD_BYTES_MIN: u64 = 64 << 10;
 /// Upper bound on `max_bytes` of one read (Kafka's fetch.max.bytes default is 50 MiB).
 const READ_BYTES_MAX: usize = 64 << 20;
 /// Upper bound on `write_buffer_bytes_max`.
@@ -165,6 +168,19 @@ struct Inner {
 pub struct DiskReads {
     pub count: u64,
     pub bytes: u64,
+    /// Of `count`, the reads done ahead of a reader (direct mode).
+    pub ahead: u64,
+}
+
+impl Inner {
+    fn count_disk_read(&self, bytes: usize, ahead: bool) {
+        let reads = self.disk_reads.get();
+        self.disk_reads.set(DiskReads {
+            count: reads.count + 1,
+            bytes: reads.bytes + bytes as u64,
+            ahead: reads.ahead + u64::from(ahead),
+        });
+    }
 }
 
 /// Wake-ups between the log's callers and its writer task.
@@ -228,6 +244,24 @@ struct State {
     closed: bool,
     /// `close` finished: the clean-shutdown checkpoint is written.
     closed_cleanly: bool,
+    /// Direct mode: the read-ahead in flight, if any (one per log).
+    read_ahead: Option<ReadAhead>,
+}
+
+/// Bytes `[position, position + len)` of a segment, being read ahead of a reader.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ReadAhead {
+    segment_base_offset: i64,
+    position: u64,
+    len: usize,
+}
+
+impl ReadAhead {
+    fn covers(&self, segment_base_offset: i64, position: u64) -> bool {
+        self.segment_base_offset == segment_base_offset
+            && self.position <= position
+            && position < self.position + self.len as u64
+    }
 }
 
 enum WriteOp {
@@ -668,6 +702,8 @@ enum ReadPlan {
     Done(Bytes),
     /// The range is in a buffered write in flight: wait for ops_done to move past this.
     Wait(u64),
+    /// The range starts inside this read-ahead: wait for it to land in the cache.
+    WaitReadAhead(ReadAhead),
     File {
         file: Rc<SegmentFile>,
         file_bytes: usize,
@@ -782,10 +818,13 @@ impl Inner {
     }
 
     /// Plans reading `[position, position + len)` of a segment; copies what is in memory now.
+    /// In direct mode a cached run of at least `need` bytes from `position` may answer alone
+    /// (a shorter read; callers need only `need`).
     fn plan_read(
         &self,
         segment_base_offset: i64,
         position: u64,
+        need: usize,
         len: usize,
     ) -> Result<ReadPlan, StorageError> {
         let state = self.state.borrow();
@@ -821,14 +860,23 @@ impl Inner {
         let file_bytes = (file_end - position) as usize;
         if self.config.io_mode == IoMode::Direct {
             let mut out = Vec::with_capacity(len);
-            if self.cache.copy_range(
+            let cached = self.cache.copy_prefix(
                 self.log_id,
                 segment_base_offset,
                 position,
                 file_bytes,
                 &mut out,
-            ) {
+            );
+            if cached == file_bytes {
                 out.extend_from_slice(&queued);
+                return Ok(ReadPlan::Done(Bytes::from(out)));
+            }
+            if let Some(ahead) = state.read_ahead {
+                if ahead.covers(segment_base_offset, position + cached as u64) {
+                    return Ok(ReadPlan::WaitReadAhead(ahead));
+                }
+            }
+            if cached >= need {
                 return Ok(ReadPlan::Done(Bytes::from(out)));
             }
         }
@@ -843,16 +891,24 @@ impl Inner {
         })
     }
 
-    /// Bytes `[position, position + len)` of a segment, from the write queue, the cache or disk.
+    /// Bytes `[position, position + len)` of a segment, from the write queue, the cache or
+    /// disk; in direct mode possibly fewer, but at least `need`, when the cache holds those.
     async fn read_segment(
         &self,
         segment_base_offset: i64,
         position: u64,
+        need: usize,
         len: usize,
     ) -> Result<Bytes, StorageError> {
         loop {
-            match self.plan_read(segment_base_offset, position, len)? {
+            match self.plan_read(segment_base_offset, position, need, len)? {
                 ReadPlan::Done(bytes) => return Ok(bytes),
+                ReadPlan::WaitReadAhead(ahead) => {
+                    self.signals
+                        .progress
+                        .wait_until(|| self.state.borrow().read_ahead != Some(ahead))
+                        .await;
+                }
                 ReadPlan::Wait(ops_done) => {
                     self.signals
                         .progress
@@ -879,11 +935,7 @@ impl Inner {
                     queued,
                 } => {
                     let on_disk = file.read_exact(position, file_bytes).await?;
-                    let reads = self.disk_reads.get();
-                    self.disk_reads.set(DiskReads {
-                        count: reads.count + 1,
-                        bytes: reads.bytes + file_bytes as u64,
-                    });
+                    self.count_disk_read(file_bytes, false);
                     if queued.is_empty() {
                         return Ok(on_disk);
                     }
@@ -1035,7 +1087,7 @@ impl SegmentReader {
             }
             let want = len.max(self.window_bytes).min(available);
             self.data = inner
-                .read_segment(segment_base_offset, position, want)
+                .read_segment(segment_base_offset, position, len, want)
                 .await?;
             self.segment_base_offset = segment_base_offset;
             self.position = position;
@@ -1143,6 +1195,7 @@ impl Log {
             failed: None,
             closed: false,
             closed_cleanly: false,
+            read_ahead: None,
         };
         let signals = Rc::new(Signals::default());
         let inner = Rc::new(Inner {
@@ -1339,6 +1392,7 @@ impl Log {
         };
         let start = position;
         let mut total_bytes = first.total_bytes();
+        let mut next_offset = first.last_offset() + 1;
         position += total_bytes as u64;
         // Only batches the window already holds: reading on for one more header would cost
         // another window-sized read, and then a third to cover the answer.
@@ -1347,6 +1401,7 @@ impl Log {
                 Some(header) if total_bytes + header.total_bytes() <= max_bytes => {
                     total_bytes += header.total_bytes();
                     position += header.total_bytes() as u64;
+                    next_offset = header.last_offset() + 1;
                 }
                 _ => break,
             }
@@ -1354,6 +1409,9 @@ impl Log {
         let records = reader
             .bytes(inner, segment_base_offset, start, total_bytes)
             .await?;
+        if inner.config.io_mode == IoMode::Direct {
+            self.read_ahead(segment_base_offset, next_offset, window_bytes);
+        }
         // No CRC pass here: every batch was checked whole when appended (and, after a crash,
         // by recovery), the walk above checked each header's length, and consumers check
         // CRCs themselves, as Kafka's do.
@@ -1363,6 +1421,78 @@ impl Log {
             log_start_offset: state.log_start_offset,
             log_end_offset: state.log_end_offset,
         })
+    }
+
+    /// Direct mode has no page cache to read ahead for a sequential reader, so the log does:
+    /// it starts reading the window the reader's next read will ask for (from the index
+    /// entry at or before `next_offset`), or the part of it the cache does not hold, and
+    /// leaves it in the shard's cache. Only one read-ahead per log is in flight; none starts
+    /// for less than `READ_AHEAD_BYTES_MIN` (a reader near the end is served by the write
+    /// cache).
+    fn read_ahead(&self, segment_base_offset: i64, next_offset: i64, window_bytes: usize) {
+        let inner = &*self.inner;
+        let (file, ahead) = {
+            let mut state = inner.state.borrow_mut();
+            if state.read_ahead.is_some() || state.failed.is_some() || state.closed {
+                return;
+            }
+            let Some(slot) = state.segment_slot(segment_base_offset) else {
+                return;
+            };
+            let segment = &state.segments[slot];
+            if next_offset >= segment.next_offset {
+                return;
+            }
+            let window_start = u64::from(segment.index.lookup(next_offset));
+            let end = (window_start + window_bytes as u64).min(segment.written_bytes);
+            let cached = inner.cache.cached_prefix_bytes(
+                inner.log_id,
+                segment_base_offset,
+                window_start,
+                end.saturating_sub(window_start) as usize,
+            );
+            let position = window_start + cached as u64;
+            if end < position + READ_AHEAD_BYTES_MIN {
+                return;
+            }
+            let Some(file) = segment.file.clone() else {
+                return;
+            };
+            let len = (end - position) as usize;
+            let ahead = ReadAhead {
+                segment_base_offset,
+                position,
+                len,
+            };
+            state.read_ahead = Some(ahead);
+            (file, ahead)
+        };
+        let log = Rc::downgrade(&self.inner);
+        glommio::spawn_local(async move {
+            let read = file.read_blocks(ahead.position, ahead.len).await;
+            let Some(inner) = log.upgrade() else { return };
+            inner.count_disk_read(ahead.len, true);
+            let mut state = inner.state.borrow_mut();
+            state.read_ahead = None;
+            if let (Ok((start, data)), Some(_)) =
+                (read, state.segment_slot(ahead.segment_base_offset))
+            {
+                // Only the bytes asked for: past them, the last block may hold padding.
+                let valid = (ahead.position + ahead.len as u64 - start).min(data.len() as u64);
+                let charge = align_up(data.len() as u64) as usize;
+                inner.cache.insert(
+                    inner.log_id,
+                    ahead.segment_base_offset,
+                    start,
+                    valid as usize,
+                    charge,
+                    data,
+                );
+            }
+            drop(state);
+            inner.signals.progress.notify();
+        })
+        .detach();
     }
 
     pub fn log_start_offset(&self) -> i64 {
