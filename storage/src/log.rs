@@ -40,8 +40,8 @@ use crate::recovery::{
 };
 use crate::retention::{expired_prefix, Retention, SegmentAge};
 use crate::segment::{
-    parse_segment_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIMESTAMP_NONE,
-    TIME_INDEX_SUFFIX,
+    parse_segment_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, SPARE_SUFFIX,
+    TIMESTAMP_NONE, TIME_INDEX_SUFFIX,
 };
 
 /// Bytes that may wait in the write queue, in units of `write_buffer_bytes_max`; beyond it
@@ -52,6 +52,8 @@ const CHUNK_BYTES_MIN: usize = 64 << 10;
 /// Largest read issued at once when looking for batches (MACHINE.md: page-cache reads are
 /// fastest at 64–256 KiB, but a fetch wants its bytes in one piece).
 const READ_WINDOW_BYTES_MAX: usize = 8 << 20;
+/// Deleted segment files a log keeps for reuse by new segments.
+const SPARES_MAX: usize = 2;
 /// Direct mode reads ahead for a sequential reader only when at least this much of the
 /// segment is on disk past its next read; closer to the end, the write cache serves it.
 const READ_AHEAD_BYTES_MIN: u64 = 64 << 10;
@@ -160,6 +162,10 @@ struct Inner {
     state: RefCell<State>,
     signals: Rc<Signals>,
     disk_reads: Cell<DiskReads>,
+    /// `.spare` files: `.log` files of segments retention deleted, for new segments to
+    /// overwrite. Freeing a file's blocks costs the file system (and, mounted with `discard`,
+    /// the disk) far more than renaming it; overwriting allocated blocks spares allocation.
+    spares: RefCell<Vec<PathBuf>>,
 }
 
 /// Reads that went to the segment files (not the write queue or the batch cache) since the
@@ -743,6 +749,7 @@ impl Inner {
             return Ok(file);
         }
         let path = segment_path(&self.dir, segment_base_offset, LOG_SUFFIX);
+        self.reuse_spare(&path);
         let file = Rc::new(SegmentFile::open(&path, self.config.io_mode).await?);
         sync_dir(&self.dir).await?;
         let mut state = self.state.borrow_mut();
@@ -750,6 +757,24 @@ impl Inner {
             state.segments[slot].file = Some(file.clone());
         }
         Ok(file)
+    }
+
+    /// Makes a spare file the new segment file `path`, unless `path` exists already. No
+    /// `.await` between the check and the rename, so two callers never both rename onto it.
+    /// The spare's old batches past what the new segment writes are never read: reads stop
+    /// at the segment's size, sealing and closing truncate the file to it, and recovery
+    /// stops at the first batch whose offset is below the segment's (a spare always held
+    /// older offsets of the same partition).
+    fn reuse_spare(&self, path: &Path) {
+        if path.exists() {
+            return;
+        }
+        let Some(spare) = self.spares.borrow_mut().pop() else {
+            return;
+        };
+        if let Err(error) = std::fs::rename(&spare, path) {
+            tracing::warn!(spare = %spare.display(), %error, "could not reuse a spare segment file");
+        }
     }
 
     /// Performs the op at the front of the queue.
@@ -803,9 +828,8 @@ impl Inner {
                 segment.time_index.encode(),
             )
         };
-        if self.config.io_mode == IoMode::Direct {
-            file.truncate(size_bytes).await?;
-        }
+        // Direct mode pads the last block, and a reused spare holds older bytes past the end.
+        file.truncate(size_bytes).await?;
         file.fdatasync().await?;
         write_indexes(
             &self.dir,
@@ -1167,7 +1191,7 @@ impl Log {
             std::path::absolute(&dir).map_err(|e| StorageError::io("resolve dir", &dir, e))?;
         // Blocking directory calls, once per open: glommio has no async mkdir/readdir.
         std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
-        let bases = list_segment_bases(&dir)?;
+        let (bases, spares) = list_segment_bases(&dir)?;
         let clean_shutdown = read_clean_shutdown(&dir).await?;
         let checkpoint_path = dir.join(CLEAN_SHUTDOWN_FILE);
         if checkpoint_path.exists() {
@@ -1206,6 +1230,7 @@ impl Log {
             state: RefCell::new(state),
             signals: signals.clone(),
             disk_reads: Cell::new(DiskReads::default()),
+            spares: RefCell::new(spares),
         });
         glommio::spawn_local(writer_task(Rc::downgrade(&inner), signals)).detach();
         Ok(Log { inner })
@@ -1738,14 +1763,21 @@ impl Log {
             "retention deleted segments"
         );
         let dir = inner.dir.clone();
-        glommio::executor()
+        let spare_room = SPARES_MAX.saturating_sub(inner.spares.borrow().len());
+        let spares = glommio::executor()
             .spawn_blocking(move || {
                 // Oldest first: a crash part-way leaves a shorter log, never a hole.
-                bases
-                    .into_iter()
-                    .try_for_each(|base| remove_segment_files(&dir, base))
+                let mut spares = Vec::new();
+                for base in bases {
+                    if spares.len() < spare_room {
+                        spares.push(keep_as_spare(&dir, base)?);
+                    }
+                    remove_segment_files(&dir, base)?;
+                }
+                Ok::<_, StorageError>(spares)
             })
             .await?;
+        inner.spares.borrow_mut().extend(spares);
         Ok(deleted)
     }
 
@@ -1779,9 +1811,7 @@ impl Log {
             )
         };
         let file = inner.segment_file(base_offset).await?;
-        if inner.config.io_mode == IoMode::Direct {
-            file.truncate(size_bytes).await?;
-        }
+        file.truncate(size_bytes).await?;
         self.sync().await?;
         file.fdatasync().await?;
         write_indexes(&inner.dir, base_offset, index_bytes, time_index_bytes).await?;
@@ -1833,16 +1863,18 @@ fn roll(state: &mut State, log_end_offset: i64) {
     state.segments.push(Segment::new(log_end_offset, None));
 }
 
-/// Base offsets of the segments in `dir`, ascending. Index files without their `.log` (left
-/// by a crash while retention deleted a segment) are removed.
-fn list_segment_bases(dir: &Path) -> Result<Vec<i64>, StorageError> {
+/// Base offsets of the segments in `dir`, ascending, and the spare files there. Index files
+/// without their `.log` (left by a crash while retention deleted a segment) are removed.
+fn list_segment_bases(dir: &Path) -> Result<(Vec<i64>, Vec<PathBuf>), StorageError> {
     let mut bases = Vec::new();
     let mut index_bases = Vec::new();
+    let mut spares = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("read dir", dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| StorageError::io("read dir", dir, e))?;
         match entry.file_name().to_str().and_then(parse_segment_file_name) {
             Some((base, LOG_SUFFIX)) => bases.push(base),
+            Some((_, SPARE_SUFFIX)) => spares.push(entry.path()),
             Some((base, _)) => index_bases.push(base),
             None => {}
         }
@@ -1857,7 +1889,15 @@ fn list_segment_bases(dir: &Path) -> Result<Vec<i64>, StorageError> {
             remove_segment_files(dir, base)?;
         }
     }
-    Ok(bases)
+    Ok((bases, spares))
+}
+
+/// Renames a deleted segment's `.log` to its `.spare` name; returns the new path.
+fn keep_as_spare(dir: &Path, base_offset: i64) -> Result<PathBuf, StorageError> {
+    let from = segment_path(dir, base_offset, LOG_SUFFIX);
+    let to = segment_path(dir, base_offset, SPARE_SUFFIX);
+    std::fs::rename(&from, &to).map_err(|e| StorageError::io("rename", &from, e))?;
+    Ok(to)
 }
 
 fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError> {

@@ -958,14 +958,20 @@ fn segment_bases(log: &Log) -> Vec<i64> {
     state.segments.iter().map(|s| s.base_offset).collect()
 }
 
-fn segment_files(dir: &Path) -> Vec<String> {
+/// Names of the files in `dir` with `suffix`, sorted.
+fn files_with(dir: &Path, suffix: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("read dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|name| parse_segment_file_name(name).is_some())
+        .filter(|name| parse_segment_file_name(name).is_some_and(|(_, s)| s == suffix))
         .collect();
     names.sort();
     names
+}
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat").ino()
 }
 
 #[test]
@@ -1062,9 +1068,10 @@ fn retention_by_time_of_everything_keeps_the_end_offset() {
             assert_eq!(segment_bases(&log), vec![6]);
             assert_eq!((log.log_start_offset(), log.log_end_offset()), (6, 6));
             assert_eq!(
-                segment_files(dir.path()),
+                files_with(dir.path(), LOG_SUFFIX),
                 vec!["00000000000000000006.log".to_string()]
             );
+            assert!(files_with(dir.path(), INDEX_SUFFIX).is_empty());
             drop(log); // crash
             let log = open(dir.path(), config.clone()).await;
             assert_eq!((log.log_start_offset(), log.log_end_offset()), (6, 6));
@@ -1119,13 +1126,69 @@ fn indexes_left_without_their_log_are_removed_on_open() {
         std::fs::remove_file(dir.path().join("00000000000000000000.log")).expect("remove");
         let log = open(dir.path(), config).await;
         assert_eq!((log.log_start_offset(), log.log_end_offset()), (2, 6));
-        let files = segment_files(dir.path());
-        assert!(
-            files
-                .iter()
-                .all(|name| !name.starts_with("00000000000000000000.")),
-            "{files:?}"
-        );
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let files = files_with(dir.path(), suffix);
+            assert!(
+                files
+                    .iter()
+                    .all(|name| !name.starts_with("00000000000000000000.")),
+                "{files:?}"
+            );
+        }
         log.close().await.expect("close");
     });
+}
+
+#[test]
+fn deleted_segment_files_are_reused_by_new_segments() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = small_segments(mode, 2);
+            let log = open(dir.path(), config.clone()).await;
+            for _ in 0..7 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            log.flush().await.expect("flush");
+            assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
+            let keep_last_two = Retention { ms: -1, bytes: 1 };
+            let deleted = log
+                .apply_retention(keep_last_two, 0)
+                .await
+                .expect("retention");
+            assert_eq!(deleted.segments, 3);
+            // Two (SPARES_MAX) of the three deleted files wait as spares, the oldest first.
+            let spares = files_with(dir.path(), SPARE_SUFFIX);
+            assert_eq!(
+                spares,
+                vec![
+                    "00000000000000000000.spare".to_string(),
+                    "00000000000000000004.spare".to_string()
+                ]
+            );
+            let spare_inode = inode(&dir.path().join(&spares[1]));
+
+            // The next roll takes a spare instead of allocating a new file. It holds older
+            // batches past what the new segment writes: a crash must not resurrect them.
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+            log.sync().await.expect("sync");
+            assert_eq!(segment_bases(&log), vec![12, 16]);
+            let reused = dir.path().join("00000000000000000016.log");
+            assert_eq!(inode(&reused), spare_inode);
+            assert_eq!(files_with(dir.path(), SPARE_SUFFIX).len(), 1);
+            drop(log); // crash
+            let log = open(dir.path(), config.clone()).await;
+            assert_eq!((log.log_start_offset(), log.log_end_offset()), (12, 18));
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 12).await),
+                vec![12, 14, 16]
+            );
+            // Reopening finds the remaining spare; closing cuts the reused file to its size.
+            assert_eq!(log.inner.spares.borrow().len(), 1);
+            log.close().await.expect("close");
+            let batch_bytes = batch(2, 1_000).len() as u64;
+            assert_eq!(std::fs::metadata(&reused).expect("stat").len(), batch_bytes);
+        });
+    }
 }
