@@ -7,7 +7,7 @@
 //! blocks here and trimmed back. A device's O_DIRECT I/O goes to glommio's busy-polled ring
 //! only if the device itself can poll ([`prime_iopoll_probe`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -48,6 +48,8 @@ enum FileKind {
 pub(crate) struct SegmentFile {
     kind: FileKind,
     path: PathBuf,
+    /// The file's size as this handle last set or saw it: blocks up to here are allocated.
+    allocated_bytes: Cell<u64>,
 }
 
 impl SegmentFile {
@@ -72,10 +74,33 @@ impl SegmentFile {
                     .map_err(|e| StorageError::io("open", path, e.into()))?,
             ),
         };
-        Ok(SegmentFile {
+        let file = SegmentFile {
             kind,
             path: path.to_path_buf(),
-        })
+            allocated_bytes: Cell::new(0),
+        };
+        file.allocated_bytes.set(file.size_bytes().await?);
+        Ok(file)
+    }
+
+    /// Makes the file at least `end` bytes long, in whole `step`s, with allocated (zeroed)
+    /// blocks. A write that extends a file makes the next fdatasync commit the file
+    /// system's journal for the new size and blocks; writes inside the allocated size need
+    /// only the data flushed, so acks=all pays for a journal commit once per `step`.
+    /// Bytes past the segment's data read as zeros, which recovery stops at, and sealing and
+    /// closing truncate the file to its data.
+    pub async fn allocate_to(&self, end: u64, step: u64) -> Result<(), StorageError> {
+        if end <= self.allocated_bytes.get() {
+            return Ok(());
+        }
+        let size = end.div_ceil(step) * step;
+        let result = match &self.kind {
+            FileKind::Direct(file) => file.pre_allocate(size, false).await,
+            FileKind::Buffered(file) => file.pre_allocate(size, false).await,
+        };
+        result.map_err(|e| StorageError::io("fallocate", &self.path, e.into()))?;
+        self.allocated_bytes.set(size);
+        Ok(())
     }
 
     /// Writes a whole aligned DMA buffer at an aligned position (direct mode only).
@@ -190,7 +215,9 @@ impl SegmentFile {
             FileKind::Direct(file) => file.truncate(size_bytes).await,
             FileKind::Buffered(file) => file.truncate(size_bytes).await,
         };
-        result.map_err(|e| StorageError::io("truncate", &self.path, e.into()))
+        result.map_err(|e| StorageError::io("truncate", &self.path, e.into()))?;
+        self.allocated_bytes.set(size_bytes);
+        Ok(())
     }
 
     pub async fn size_bytes(&self) -> Result<u64, StorageError> {

@@ -52,6 +52,8 @@ const CHUNK_BYTES_MIN: usize = 64 << 10;
 /// Largest read issued at once when looking for batches (MACHINE.md: page-cache reads are
 /// fastest at 64–256 KiB, but a fetch wants its bytes in one piece).
 const READ_WINDOW_BYTES_MAX: usize = 8 << 20;
+/// Segment files grow in allocated steps of this size (see `SegmentFile::allocate_to`).
+const ALLOCATION_STEP_BYTES: u64 = 32 << 20;
 /// Deleted segment files a log keeps for reuse by new segments.
 const SPARES_MAX: usize = 2;
 /// Direct mode reads ahead for a sequential reader only when at least this much of the
@@ -759,6 +761,12 @@ impl Inner {
         Ok(file)
     }
 
+    /// How far ahead of its writes a segment file is allocated: `ALLOCATION_STEP_BYTES`, or
+    /// a whole segment when segments are smaller.
+    fn allocation_step(&self) -> u64 {
+        align_up(self.config.segment_bytes_max).min(ALLOCATION_STEP_BYTES)
+    }
+
     /// Makes a spare file the new segment file `path`, unless `path` exists already. No
     /// `.await` between the check and the rename, so two callers never both rename onto it.
     /// The spare's old batches past what the new segment writes are never read: reads stop
@@ -785,6 +793,8 @@ impl Inner {
         match job {
             Job::Direct { chunk, buf } => {
                 let file = self.segment_file(chunk.segment_base_offset).await?;
+                let end = chunk.position + buf.len() as u64;
+                file.allocate_to(end, self.allocation_step()).await?;
                 file.write_direct(buf, chunk.position).await?;
                 let written = self.state.borrow_mut().complete_data(chunk, &file);
                 if let Some(buf) = written {
@@ -800,6 +810,8 @@ impl Inner {
             }
             Job::Buffered { chunk, buf } => {
                 let file = self.segment_file(chunk.segment_base_offset).await?;
+                let end = chunk.position + buf.len() as u64;
+                file.allocate_to(end, self.allocation_step()).await?;
                 file.write_buffered(buf, chunk.position).await?;
                 self.state.borrow_mut().complete_data(chunk, &file);
             }
