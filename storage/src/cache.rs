@@ -6,6 +6,10 @@
 //! Invariants: the sum of the cached buffers' allocation sizes stays <= `bytes_max` (oldest
 //! entries are evicted first; an entry larger than the whole budget is not kept); an entry
 //! covers bytes `[position, position + len)` of one segment of one log, exactly as written.
+//! Read-ahead entries hold at most half the budget, so they never push out more than half
+//! of what tailing consumers need, and each serves one reader: a read of the same log
+//! that starts past its end removes it (the next window overlaps the tail of the one
+//! before, so a read-ahead lives until the read after next), making room for later ones.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -51,10 +55,18 @@ struct CacheEntry {
     data: CachedBytes,
 }
 
+impl CacheEntry {
+    fn is_read_ahead(&self) -> bool {
+        matches!(self.data, CachedBytes::Read(_))
+    }
+}
+
 /// Recently appended data of the shard's logs, bounded by a byte budget.
 pub struct BatchCache {
     bytes_max: usize,
     bytes: Cell<usize>,
+    /// Of `bytes`, what read-ahead entries hold.
+    read_ahead_bytes: Cell<usize>,
     next_log_id: Cell<u64>,
     entries: RefCell<VecDeque<CacheEntry>>,
 }
@@ -64,6 +76,7 @@ impl BatchCache {
         BatchCache {
             bytes_max,
             bytes: Cell::new(0),
+            read_ahead_bytes: Cell::new(0),
             next_log_id: Cell::new(0),
             entries: RefCell::new(VecDeque::new()),
         }
@@ -97,22 +110,45 @@ impl BatchCache {
             return;
         }
         let mut entries = self.entries.borrow_mut();
-        let mut bytes = self.bytes.get();
-        while bytes + charge_bytes > self.bytes_max {
+        while self.bytes.get() + charge_bytes > self.bytes_max {
             match entries.pop_front() {
-                Some(evicted) => bytes -= evicted.charge_bytes,
+                Some(evicted) => self.uncharge(&evicted),
                 None => break,
             }
         }
-        entries.push_back(CacheEntry {
+        let entry = CacheEntry {
             log_id,
             segment_base_offset,
             position,
             len,
             charge_bytes,
             data,
-        });
-        self.bytes.set(bytes + charge_bytes);
+        };
+        self.bytes.set(self.bytes.get() + charge_bytes);
+        if entry.is_read_ahead() {
+            self.read_ahead_bytes
+                .set(self.read_ahead_bytes.get() + charge_bytes);
+        }
+        entries.push_back(entry);
+    }
+
+    /// Bytes that read-ahead entries hold.
+    #[cfg(test)]
+    pub(crate) fn read_ahead_size_bytes(&self) -> usize {
+        self.read_ahead_bytes.get()
+    }
+
+    /// Whether a read-ahead of `charge_bytes` fits the half of the budget read-aheads may use.
+    pub(crate) fn has_read_ahead_room(&self, charge_bytes: usize) -> bool {
+        self.read_ahead_bytes.get() + charge_bytes <= self.bytes_max / 2
+    }
+
+    fn uncharge(&self, entry: &CacheEntry) {
+        self.bytes.set(self.bytes.get() - entry.charge_bytes);
+        if entry.is_read_ahead() {
+            self.read_ahead_bytes
+                .set(self.read_ahead_bytes.get() - entry.charge_bytes);
+        }
     }
 
     /// Copies the longest cached run of `[position, position + len)`, from `position` on,
@@ -128,9 +164,20 @@ impl BatchCache {
         len: usize,
         out: &mut Vec<u8>,
     ) -> usize {
-        self.walk_prefix(log_id, segment_base_offset, position, len, |piece| {
+        let copied = self.walk_prefix(log_id, segment_base_offset, position, len, |_, piece| {
             out.extend_from_slice(piece)
-        })
+        });
+        if self.read_ahead_bytes.get() > 0 {
+            // Read-aheads wholly behind this read have served their reader.
+            self.remove_where(|entry| {
+                entry.is_read_ahead()
+                    && entry.log_id == log_id
+                    && (entry.segment_base_offset < segment_base_offset
+                        || (entry.segment_base_offset == segment_base_offset
+                            && entry.position + entry.len as u64 <= position))
+            });
+        }
+        copied
     }
 
     /// Length of the longest cached run of `[position, position + len)` from `position` on.
@@ -141,18 +188,18 @@ impl BatchCache {
         position: u64,
         len: usize,
     ) -> usize {
-        self.walk_prefix(log_id, segment_base_offset, position, len, |_| {})
+        self.walk_prefix(log_id, segment_base_offset, position, len, |_, _| {})
     }
 
     /// Hands the pieces of the longest cached run of `[position, position + len)`, in order,
-    /// to `each`; returns the run's length.
+    /// to `each` with their entry; returns the run's length.
     fn walk_prefix(
         &self,
         log_id: u64,
         segment_base_offset: i64,
         position: u64,
         len: usize,
-        mut each: impl FnMut(&[u8]),
+        mut each: impl FnMut(&CacheEntry, &[u8]),
     ) -> usize {
         let entries = self.entries.borrow();
         let end = position + len as u64;
@@ -167,7 +214,7 @@ impl BatchCache {
             let Some(entry) = covering else { break };
             let from = (at - entry.position) as usize;
             let to = (end.min(entry.position + entry.len as u64) - entry.position) as usize;
-            each(&entry.data.as_bytes()[from..to]);
+            each(entry, &entry.data.as_bytes()[from..to]);
             at += (to - from) as u64;
         }
         (at - position) as usize
@@ -187,15 +234,13 @@ impl BatchCache {
 
     fn remove_where(&self, remove: impl Fn(&CacheEntry) -> bool) {
         let mut entries = self.entries.borrow_mut();
-        let mut bytes = self.bytes.get();
         entries.retain(|entry| {
             let keep = !remove(entry);
             if !keep {
-                bytes -= entry.charge_bytes;
+                self.uncharge(entry);
             }
             keep
         });
-        self.bytes.set(bytes);
     }
 }
 

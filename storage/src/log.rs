@@ -1496,6 +1496,12 @@ impl Log {
                 return;
             };
             let len = (end - position) as usize;
+            if !inner
+                .cache
+                .has_read_ahead_room(align_up(len as u64) as usize + BLOCK_BYTES)
+            {
+                return;
+            }
             let ahead = ReadAhead {
                 segment_base_offset,
                 position,

@@ -624,6 +624,12 @@ fn a_read_from_disk_is_one_read_and_direct_mode_reads_ahead() {
             assert_eq!(offset, 40 * 600);
             // A window is the answer's limit plus two index intervals, in whole blocks.
             let window_bytes = (1 << 20) + 2 * 4096 + 2 * BLOCK_BYTES as u64;
+            // Read-aheads behind the reader were dropped: at most the last two windows stay.
+            assert!(
+                log.inner.cache.read_ahead_size_bytes() as u64 <= 2 * window_bytes,
+                "{mode:?}: {} bytes of read-ahead left",
+                log.inner.cache.read_ahead_size_bytes()
+            );
             assert!(
                 log.disk_reads().bytes <= reads * window_bytes,
                 "{mode:?}: {:?} to answer {bytes} bytes",
@@ -914,11 +920,13 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
             // Until the fdatasync is in flight, or already done (on a loaded machine the
             // poll may miss the whole flight; then there is nothing left to cancel).
             loop {
-                let state = log.inner.state.borrow();
-                if state.sync_in_flight || state.ops_synced > 0 {
+                let started = {
+                    let state = log.inner.state.borrow();
+                    state.sync_in_flight || state.ops_synced > 0
+                };
+                if started {
                     break;
                 }
-                drop(state);
                 assert!(std::time::Instant::now() < deadline, "sync never started");
                 glommio::timer::sleep(std::time::Duration::from_micros(10)).await;
             }
@@ -1198,4 +1206,37 @@ fn deleted_segment_files_are_reused_by_new_segments() {
             assert_eq!(std::fs::metadata(&reused).expect("stat").len(), batch_bytes);
         });
     }
+}
+
+#[test]
+fn read_ahead_uses_at_most_half_the_cache() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = BatchSpec {
+            record_count: 600,
+            value_bytes: 100,
+            ..BatchSpec::default()
+        };
+        let log = open(dir.path(), config(IoMode::Direct)).await;
+        for _ in 0..40 {
+            log.append(&encode_batch(&spec), 0, 0).expect("append");
+        }
+        log.close().await.expect("close");
+        // A 1 MiB cache: a window of 1 MiB is more than the half read-aheads may take.
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(dir.path().to_path_buf(), config(IoMode::Direct), cache)
+            .await
+            .expect("open");
+        let all = read_all(&log, 0).await;
+        assert_eq!(batch_base_offsets(&all).len(), 40);
+        assert_eq!(log.disk_reads().ahead, 0);
+        // Small windows fit: reading 128 KiB at a time reads ahead again.
+        let mut offset = 0;
+        while offset < log.log_end_offset() {
+            let result = log.read(offset, 128 << 10).await.expect("read");
+            offset = batch_base_offsets(&result.records).last().expect("a batch") + 600;
+        }
+        assert!(log.disk_reads().ahead > 0, "{:?}", log.disk_reads());
+        assert!(log.inner.cache.read_ahead_size_bytes() <= 512 << 10);
+    });
 }
