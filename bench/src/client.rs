@@ -157,7 +157,8 @@ pub fn decode_response<R: Request>(frame: Bytes, version: i16) -> Result<(i32, R
     Ok((header.correlation_id, response))
 }
 
-/// Reads one frame body into `buf` (cleared first).
+/// Reads one frame body into `buf`, which it resizes to the frame: only growth is
+/// zero-filled, since the read overwrites every byte.
 pub async fn read_frame<S: futures_lite::AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
@@ -171,7 +172,6 @@ pub async fn read_frame<S: futures_lite::AsyncRead + Unpin>(
     if size < 4 || size as usize > FRAME_BYTES_MAX {
         bail!("bad frame size {size}");
     }
-    buf.clear();
     buf.resize(size as usize, 0);
     stream.read_exact(buf).await.context("reading frame body")?;
     Ok(())
@@ -204,6 +204,9 @@ pub struct Connection {
     correlation_id: i32,
     out: Vec<u8>,
     frame: Vec<u8>,
+    /// The last answer's frame; its buffer is read into again once nothing else holds it
+    /// (a Fetch answer's records are slices of it).
+    last_frame: Bytes,
 }
 
 pub async fn resolve(addr: &str) -> Result<SocketAddr> {
@@ -228,9 +231,21 @@ impl Connection {
             correlation_id: 0,
             out: Vec::with_capacity(4096),
             frame: Vec::with_capacity(4096),
+            last_frame: Bytes::new(),
         };
         conn.versions = conn.api_versions().await?;
         Ok(conn)
+    }
+
+    /// Takes the last answer's buffer back when the caller has dropped the answer, so that
+    /// reading the next frame neither allocates nor zero-fills what the last one covered.
+    fn reclaim_frame(&mut self) {
+        if self.frame.capacity() > 0 {
+            return;
+        }
+        if let Ok(buffer) = std::mem::take(&mut self.last_frame).try_into_mut() {
+            self.frame = Vec::from(buffer);
+        }
     }
 
     pub fn next_correlation_id(&mut self) -> i32 {
@@ -244,9 +259,11 @@ impl Connection {
         self.out.clear();
         encode_request(&mut self.out, corr, version, request)?;
         self.stream.write_all(&self.out).await?;
+        self.reclaim_frame();
         read_frame(&mut self.stream, &mut self.frame).await?;
         // Hand the frame to the decoder without copying; fetched records stay slices of it.
         let frame = Bytes::from(std::mem::take(&mut self.frame));
+        self.last_frame = frame.clone();
         let (got, response) = decode_response::<R>(frame, version)?;
         if got != corr {
             bail!("correlation id {got}, expected {corr}");
@@ -520,6 +537,26 @@ mod tests {
     use super::*;
     use crate::encode::{fill_batch, BatchBuilder, Compression, PayloadPool};
     use kafka_protocol::messages::{MetadataResponse, ProduceRequest};
+
+    #[test]
+    fn answers_are_read_into_the_last_answers_buffer_once_it_is_free() {
+        let _executors = crate::cores::executor_test_lock();
+        let broker = crate::mock::MockBroker::start();
+        let addr = broker.addr;
+        crate::cores::run_local(async move {
+            let mut conn = Connection::connect(addr).await.expect("connects");
+            let first = conn.leaders("t").await.expect("metadata");
+            let buffer = conn.last_frame.as_ptr();
+            drop(first);
+            conn.leaders("t").await.expect("metadata");
+            assert_eq!(conn.last_frame.as_ptr(), buffer, "the buffer came back");
+            // While an answer is alive, its buffer is not reused.
+            let held = conn.last_frame.clone();
+            conn.leaders("t").await.expect("metadata");
+            assert_ne!(conn.last_frame.as_ptr(), held.as_ptr());
+        })
+        .expect("runs");
+    }
 
     #[test]
     fn error_names_are_kafka_spelling() {
