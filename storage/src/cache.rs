@@ -164,7 +164,7 @@ impl BatchCache {
         len: usize,
         out: &mut Vec<u8>,
     ) -> usize {
-        let copied = self.walk_prefix(log_id, segment_base_offset, position, len, |_, piece| {
+        let copied = self.walk_prefix(log_id, segment_base_offset, position, len, |piece| {
             out.extend_from_slice(piece)
         });
         if self.read_ahead_bytes.get() > 0 {
@@ -188,18 +188,18 @@ impl BatchCache {
         position: u64,
         len: usize,
     ) -> usize {
-        self.walk_prefix(log_id, segment_base_offset, position, len, |_, _| {})
+        self.walk_prefix(log_id, segment_base_offset, position, len, |_| {})
     }
 
     /// Hands the pieces of the longest cached run of `[position, position + len)`, in order,
-    /// to `each` with their entry; returns the run's length.
+    /// to `each`; returns the run's length.
     fn walk_prefix(
         &self,
         log_id: u64,
         segment_base_offset: i64,
         position: u64,
         len: usize,
-        mut each: impl FnMut(&CacheEntry, &[u8]),
+        mut each: impl FnMut(&[u8]),
     ) -> usize {
         let entries = self.entries.borrow();
         let end = position + len as u64;
@@ -214,7 +214,7 @@ impl BatchCache {
             let Some(entry) = covering else { break };
             let from = (at - entry.position) as usize;
             let to = (end.min(entry.position + entry.len as u64) - entry.position) as usize;
-            each(entry, &entry.data.as_bytes()[from..to]);
+            each(&entry.data.as_bytes()[from..to]);
             at += (to - from) as u64;
         }
         (at - position) as usize

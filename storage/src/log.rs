@@ -1708,8 +1708,9 @@ impl Log {
     /// log start offset to the first segment kept. When every record has expired, the active
     /// segment is rolled first and its empty successor's file created, so the log keeps its
     /// end offset across restarts. A segment still waiting for its write or seal is kept until
-    /// a later call. Files are unlinked on the executor's blocking thread, since freeing a
-    /// large file's extents would stall the shard.
+    /// a later call. Up to `SPARES_MAX` deleted `.log` files are kept as spares for new
+    /// segments; the rest are unlinked. Both happen on the executor's blocking thread, since
+    /// freeing a large file's extents would stall the shard.
     pub async fn apply_retention(
         &self,
         retention: Retention,

@@ -989,6 +989,18 @@ fn inode(path: &Path) -> u64 {
     std::fs::metadata(path).expect("stat").ino()
 }
 
+/// A log of `config` (two `batch(2, _)` per segment) holding seven batches, all written:
+/// segments 0, 4, 8 and the active 12.
+async fn seven_batches_in_four_segments(dir: &Path, config: LogConfig) -> Log {
+    let log = open(dir, config).await;
+    for _ in 0..7 {
+        log.append(&batch(2, 1_000), 0, 0).expect("append");
+    }
+    log.flush().await.expect("flush");
+    assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
+    log
+}
+
 #[test]
 fn retention_by_size_deletes_the_oldest_segments_and_moves_the_start() {
     for mode in modes() {
@@ -996,12 +1008,7 @@ fn retention_by_size_deletes_the_oldest_segments_and_moves_the_start() {
             let dir = tempfile::tempdir().expect("tempdir");
             let batch_bytes = batch(2, 1_000).len() as u64;
             let config = small_segments(mode, 2);
-            let log = open(dir.path(), config.clone()).await;
-            for _ in 0..7 {
-                log.append(&batch(2, 1_000), 0, 0).expect("append");
-            }
-            log.flush().await.expect("flush");
-            assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
+            let log = seven_batches_in_four_segments(dir.path(), config.clone()).await;
             let keep_three_batches = Retention {
                 ms: -1,
                 bytes: (batch_bytes * 3) as i64,
@@ -1160,12 +1167,7 @@ fn deleted_segment_files_are_reused_by_new_segments() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let config = small_segments(mode, 2);
-            let log = open(dir.path(), config.clone()).await;
-            for _ in 0..7 {
-                log.append(&batch(2, 1_000), 0, 0).expect("append");
-            }
-            log.flush().await.expect("flush");
-            assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
+            let log = seven_batches_in_four_segments(dir.path(), config.clone()).await;
             let keep_last_two = Retention { ms: -1, bytes: 1 };
             let deleted = log
                 .apply_retention(keep_last_two, 0)
