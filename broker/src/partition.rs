@@ -66,7 +66,7 @@ impl Partition {
             match self.log.append(records, 0, now_ms) {
                 Ok(info) => break info,
                 Err(AppendError::Storage(StorageError::WriteBufferFull { .. })) => {
-                    if let Err(error) = self.log.flush().await {
+                    if let Err(error) = self.log.wait_for_room(records.len()).await {
                         return refused(errors::storage_error(&error));
                     }
                 }

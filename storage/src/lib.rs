@@ -23,7 +23,7 @@
 //!
 //! For callers: `Log::append` never waits for the disk; when appends outrun it by more than
 //! eight write buffers it refuses with `StorageError::WriteBufferFull` (nothing stored): await
-//! `Log::flush` and retry. `Log::sync` is the acks=all barrier (group commit).
+//! `Log::wait_for_room` and retry. `Log::sync` is the acks=all barrier (group commit).
 
 pub mod batch;
 mod cache;

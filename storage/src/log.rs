@@ -1617,20 +1617,47 @@ impl Log {
         }
     }
 
+    /// Waits until the write queue has room for an append of `bytes`, the answer to
+    /// `StorageError::WriteBufferFull`: as long as the oldest queued writes take to finish,
+    /// not until the whole queue is on disk (appends keep the disk busy meanwhile). Errs if
+    /// the log failed or closed.
+    pub async fn wait_for_room(&self, bytes: usize) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let pending_bytes_max = inner.config.pending_bytes_max();
+        self.wait_for_writes(|state| {
+            state.pending_bytes == 0
+                || state.pending_bytes + bytes <= pending_bytes_max
+                || state.closed
+        })
+        .await;
+        inner.state.borrow().check_writable(&inner.dir)
+    }
+
+    /// Bytes appended but not yet written to their files.
+    pub fn write_queue_bytes(&self) -> usize {
+        self.inner.state.borrow().pending_bytes
+    }
+
     /// Waits until everything appended before the call is written to its file (no fsync).
     pub async fn flush(&self) -> Result<(), StorageError> {
         let inner = &*self.inner;
         let target = inner.state.borrow().ops_enqueued;
+        self.wait_for_writes(|state| state.ops_done >= target).await;
+        inner.state.borrow().check_done(&inner.dir, target)
+    }
+
+    /// Wakes the writer and waits until `done` holds, the log failed or its writer stopped.
+    async fn wait_for_writes(&self, mut done: impl FnMut(&State) -> bool) {
+        let inner = &*self.inner;
         inner.signals.writer.notify();
         inner
             .signals
             .progress
             .wait_until(|| {
                 let state = inner.state.borrow();
-                state.ops_done >= target || state.failed.is_some() || inner.signals.shutdown.get()
+                done(&state) || state.failed.is_some() || inner.signals.shutdown.get()
             })
             .await;
-        inner.state.borrow().check_done(&inner.dir, target)
     }
 
     /// Makes everything appended before the call durable (written + fdatasync). Group commit:

@@ -519,6 +519,45 @@ fn appends_beyond_the_pending_limit_get_backpressure() {
 }
 
 #[test]
+fn a_full_write_queue_takes_appends_again_once_its_oldest_write_is_done() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = LogConfig {
+                write_buffer_bytes_max: 64 << 10,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config).await;
+            let records = encode_batch(&BatchSpec {
+                value_bytes: 10_000,
+                ..BatchSpec::default()
+            });
+            let mut appended = 0;
+            let mut waits = 0;
+            while appended < 400 {
+                match log.append(&records, 0, 0) {
+                    Ok(_) => appended += 1,
+                    Err(AppendError::Storage(StorageError::WriteBufferFull { .. })) => {
+                        let queued = log.write_queue_bytes();
+                        log.wait_for_room(records.len()).await.expect("room");
+                        // Room came from the oldest writes; the rest are still queued.
+                        let left = log.write_queue_bytes();
+                        assert!(left > 0 && left < queued, "{mode:?}: {queued} -> {left}");
+                        waits += 1;
+                    }
+                    Err(error) => panic!("append: {error}"),
+                }
+            }
+            assert!(waits > 0, "{mode:?}: no backpressure");
+            log.flush().await.expect("flush");
+            assert_eq!(log.write_queue_bytes(), 0);
+            let stored = read_all(&log, 0).await;
+            assert_eq!(stored.len(), 400 * records.len(), "{mode:?}");
+        });
+    }
+}
+
+#[test]
 fn concurrent_syncs_share_fdatasyncs() {
     for mode in modes() {
         run(move || async move {
