@@ -99,7 +99,9 @@ impl SegmentFile {
             FileKind::Buffered(file) => file.pre_allocate(size, false).await,
         };
         result.map_err(|e| StorageError::io("fallocate", &self.path, e.into()))?;
-        self.allocated_bytes.set(size);
+        // Two writes in flight may allocate at once; the larger size holds.
+        self.allocated_bytes
+            .set(self.allocated_bytes.get().max(size));
         Ok(())
     }
 

@@ -39,5 +39,5 @@ mod time_index;
 pub use crate::cache::BatchCache;
 pub use crate::error::{AppendError, ReadError, StorageError};
 pub use crate::io::IoMode;
-pub use crate::log::{AppendInfo, Deleted, DiskReads, Log, LogConfig, ReadResult};
+pub use crate::log::{AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult};
 pub use crate::retention::Retention;

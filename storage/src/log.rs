@@ -3,8 +3,9 @@
 //!
 //! Data path of an append: validate every batch (nothing stored if one is bad) → assign offsets
 //! in the header copy → copy the batch once into the tail chunk of the write queue → the writer
-//! task writes chunks in order, one write in flight, as soon as a chunk has data → `sync` shares
-//! one fdatasync among all callers whose data it covers (group commit).
+//! task writes chunks in order as soon as a chunk has data, a second one while the first is in
+//! flight when they share no block (direct mode) → `sync` shares one fdatasync among all
+//! callers whose data it covers (group commit).
 //!
 //! ```text
 //!  segments:  [s0 sealed][s1 sealed][s2 active ......................]
@@ -14,7 +15,9 @@
 //! ```
 //!
 //! Invariants: offsets are dense and increasing across segments; `ops_synced <= ops_done <=
-//! ops_enqueued`; at most one write and at most one fdatasync in flight; no `RefCell` borrow is
+//! ops_enqueued`, and `ops_done` moves past an op only once every op before it is done too;
+//! writes in flight never share a block, a seal is alone in flight, and at most
+//! `WRITES_IN_FLIGHT_MAX` writes and one fdatasync are in flight; no `RefCell` borrow is
 //! held across an `.await`; after a failed write or fdatasync `failed` is set and never cleared
 //! (appends, flushes and syncs then fail with `StorageError::Failed`).
 
@@ -56,6 +59,19 @@ const READ_WINDOW_BYTES_MAX: usize = 8 << 20;
 const ALLOCATION_STEP_BYTES: u64 = 32 << 20;
 /// Deleted segment files a log keeps for reuse by new segments.
 const SPARES_MAX: usize = 2;
+/// Chunk writes a log keeps in flight at once (direct mode): with one, the disk idles while
+/// each completion travels back and the next write is submitted. Measured from the shard's
+/// CPU, 1 MiB O_DIRECT writes gave 1.42-1.6 GB/s one at a time and 1.9-2.07 GB/s two at a
+/// time; four gave no more than two.
+const WRITES_IN_FLIGHT_MAX: usize = 2;
+
+thread_local! {
+    /// Writes in flight over all logs of this thread's shard. A log's first write always
+    /// starts; its second only while the shard has fewer than `WRITES_IN_FLIGHT_MAX` in
+    /// flight: with several busy logs the disk is kept busy already, and deeper queues only
+    /// raised latency (4 partitions: p99.9 4.2-4.8 -> 7.6-10.4 ms, same throughput).
+    static SHARD_WRITES_IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
+}
 /// Direct mode reads ahead for a sequential reader only when at least this much of the
 /// segment is on disk past its next read; closer to the end, the write cache serves it.
 const READ_AHEAD_BYTES_MIN: u64 = 64 << 10;
@@ -164,6 +180,7 @@ struct Inner {
     state: RefCell<State>,
     signals: Rc<Signals>,
     disk_reads: Cell<DiskReads>,
+    disk_writes: Cell<DiskWrites>,
     /// `.spare` files: `.log` files of segments retention deleted, for new segments to
     /// overwrite. Freeing a file's blocks costs the file system (and, mounted with `discard`,
     /// the disk) far more than renaming it; overwriting allocated blocks spares allocation.
@@ -178,6 +195,15 @@ pub struct DiskReads {
     pub bytes: u64,
     /// Of `count`, the reads done ahead of a reader (direct mode).
     pub ahead: u64,
+}
+
+/// Data writes to the segment files since the log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskWrites {
+    pub count: u64,
+    pub bytes: u64,
+    /// The most data writes that were in flight at once.
+    pub most_in_flight: usize,
 }
 
 impl Inner {
@@ -240,7 +266,8 @@ struct State {
     ops_enqueued: u64,
     ops_done: u64,
     ops_synced: u64,
-    write_in_flight: bool,
+    /// Ops taken by the writer and not yet complete (a seal is always alone).
+    writes_in_flight: usize,
     sync_in_flight: bool,
     /// Files written since the last fdatasync started.
     dirty_files: Vec<Rc<SegmentFile>>,
@@ -306,6 +333,8 @@ struct Chunk {
     capacity_bytes: usize,
     op_seq: u64,
     buf: ChunkBuf,
+    /// Its write completed; it leaves the queue once every op before it has.
+    written: bool,
 }
 
 enum ChunkBuf {
@@ -366,10 +395,10 @@ enum Job {
 
 #[derive(Clone, Copy)]
 struct ChunkInfo {
+    op_seq: u64,
     segment_base_offset: i64,
     position: u64,
     len: usize,
-    head_bytes: usize,
     capacity_bytes: usize,
 }
 
@@ -432,7 +461,40 @@ impl State {
     }
 
     fn writer_has_work(&self) -> bool {
-        self.failed.is_none() && !self.write_in_flight && !self.queue.is_empty()
+        self.failed.is_none() && self.next_job().is_some()
+    }
+
+    /// The queue index of the op the writer may start now: the first one not taken yet, if
+    /// nothing is in flight; with writes in flight, only a direct chunk that starts on a fresh
+    /// block of a segment whose file exists (so it shares no block with an earlier write and
+    /// needs no file created), and never a seal.
+    fn next_job(&self) -> Option<usize> {
+        let index = self.queue.iter().position(|op| match op {
+            WriteOp::Data(chunk) => {
+                !chunk.written && matches!(chunk.buf, ChunkBuf::Dma(_) | ChunkBuf::Heap(_))
+            }
+            WriteOp::Seal { .. } => true,
+        })?;
+        if self.writes_in_flight == 0 {
+            return Some(index);
+        }
+        if self.writes_in_flight >= WRITES_IN_FLIGHT_MAX
+            || SHARD_WRITES_IN_FLIGHT.get() >= WRITES_IN_FLIGHT_MAX
+        {
+            return None;
+        }
+        match &self.queue[index] {
+            WriteOp::Data(chunk)
+                if chunk.head_bytes == 0
+                    && matches!(chunk.buf, ChunkBuf::Dma(_))
+                    && self
+                        .segment_slot(chunk.segment_base_offset)
+                        .is_some_and(|slot| self.segments[slot].file.is_some()) =>
+            {
+                Some(index)
+            }
+            _ => None,
+        }
     }
 
     /// Sequence number for the next op put in the queue (ops complete in this order).
@@ -452,13 +514,21 @@ impl State {
             return;
         }
         let segment_base_offset = self.active().base_offset;
-        let room_bytes = match self.queue.back() {
+        let (room_bytes, capacity_bytes) = match self.queue.back() {
             Some(WriteOp::Data(c)) if c.segment_base_offset == segment_base_offset => {
-                c.room_bytes()
+                (c.room_bytes(), c.capacity_bytes)
             }
-            _ => 0,
+            _ => (0, 0),
         };
         if room_bytes >= bytes {
+            return;
+        }
+        let largest = align_up(config.write_buffer_bytes_max as u64) as usize;
+        if room_bytes > 0 && config.io_mode == IoMode::Direct && capacity_bytes == largest {
+            // The disk is behind (chunks grew to the largest size): fill this chunk to its
+            // end and go on in a new one starting on a fresh block, which can be written
+            // while this one is in flight (a chunk left partly empty would make the next
+            // one rewrite its last block, and wait for it).
             return;
         }
         if room_bytes > 0 {
@@ -518,6 +588,7 @@ impl State {
                     capacity_bytes,
                     op_seq: self.next_op_seq(),
                     buf: ChunkBuf::Heap(Vec::with_capacity(capacity_bytes)),
+                    written: false,
                 }
             }
             IoMode::Direct => {
@@ -547,6 +618,7 @@ impl State {
                     capacity_bytes,
                     op_seq: self.next_op_seq(),
                     buf: ChunkBuf::Dma(buf),
+                    written: false,
                 }
             }
         }
@@ -580,10 +652,12 @@ impl State {
         out.copy_from_slice(tail);
     }
 
-    /// Takes the op at the front of the queue for writing.
+    /// Takes the next op the writer may start (see `next_job`).
     fn take_job(&mut self) -> Option<Job> {
-        let front = self.queue.front_mut()?;
-        self.write_in_flight = true;
+        let index = self.next_job()?;
+        self.writes_in_flight += 1;
+        SHARD_WRITES_IN_FLIGHT.set(SHARD_WRITES_IN_FLIGHT.get() + 1);
+        let front = &mut self.queue[index];
         let job = match front {
             WriteOp::Seal {
                 segment_base_offset,
@@ -593,10 +667,10 @@ impl State {
             },
             WriteOp::Data(chunk) => {
                 let info = ChunkInfo {
+                    op_seq: chunk.op_seq,
                     segment_base_offset: chunk.segment_base_offset,
                     position: chunk.position,
                     len: chunk.len,
-                    head_bytes: chunk.head_bytes,
                     capacity_bytes: chunk.capacity_bytes,
                 };
                 if chunk.len * 4 < chunk.capacity_bytes {
@@ -616,7 +690,7 @@ impl State {
                     }
                     ChunkBuf::Heap(buf) => Job::Buffered { chunk: info, buf },
                     ChunkBuf::InFlightDma(_) | ChunkBuf::InFlightHeap => {
-                        unreachable!("only the writer takes jobs, one at a time")
+                        unreachable!("next_job never picks a chunk in flight")
                     }
                 }
             }
@@ -624,38 +698,65 @@ impl State {
         Some(job)
     }
 
-    /// Records a completed data write; returns the buffer to cache in direct mode.
+    /// Records a completed data write, then retires every written op at the front of the
+    /// queue in order. Returns the chunk's buffer for the cache in direct mode.
     fn complete_data(&mut self, info: ChunkInfo, file: &Rc<SegmentFile>) -> Option<Rc<DmaBuffer>> {
-        let Some(WriteOp::Data(chunk)) = self.queue.pop_front() else {
-            unreachable!("the completed op is the front data op")
-        };
-        self.ops_done = chunk.op_seq;
-        self.write_in_flight = false;
-        self.pending_bytes -= info.len - info.head_bytes;
+        self.end_write();
         if !self.dirty_files.iter().any(|f| Rc::ptr_eq(f, file)) {
             self.dirty_files.push(file.clone());
         }
-        let end = info.position + info.len as u64;
+        let chunk = self
+            .queue
+            .iter_mut()
+            .find_map(|op| match op {
+                WriteOp::Data(c) if c.op_seq == info.op_seq => Some(c),
+                _ => None,
+            })
+            .expect("a chunk in flight stays queued");
+        chunk.written = true;
+        let written = match &chunk.buf {
+            ChunkBuf::InFlightDma(buf) => Some(buf.clone()),
+            _ => None,
+        };
+        while let Some(WriteOp::Data(chunk)) = self.queue.front() {
+            if !chunk.written {
+                break;
+            }
+            let Some(WriteOp::Data(chunk)) = self.queue.pop_front() else {
+                unreachable!("the front was just seen to be a data op")
+            };
+            self.retire(chunk);
+        }
+        written
+    }
+
+    /// An op taken by `take_job` finished (or failed).
+    fn end_write(&mut self) {
+        self.writes_in_flight -= 1;
+        SHARD_WRITES_IN_FLIGHT.set(SHARD_WRITES_IN_FLIGHT.get() - 1);
+    }
+
+    /// A written chunk leaves the queue: its bytes are now the segment's on disk.
+    fn retire(&mut self, chunk: Chunk) {
+        self.ops_done = chunk.op_seq;
+        self.pending_bytes -= chunk.len - chunk.head_bytes;
+        let end = chunk.position + chunk.len as u64;
         let more_queued = self.queue.iter().any(
-            |op| matches!(op, WriteOp::Data(c) if c.segment_base_offset == info.segment_base_offset),
+            |op| matches!(op, WriteOp::Data(c) if c.segment_base_offset == chunk.segment_base_offset),
         );
         let slot = self
-            .segment_slot(info.segment_base_offset)
+            .segment_slot(chunk.segment_base_offset)
             .expect("written segment exists");
         let segment = &mut self.segments[slot];
         segment.written_bytes = end;
-        match chunk.buf {
-            ChunkBuf::InFlightDma(buf) => {
-                if !more_queued {
-                    let from = (align_down(end) - info.position) as usize;
-                    segment.tail_block.clear();
-                    segment
-                        .tail_block
-                        .extend_from_slice(&buf.as_bytes()[from..info.len]);
-                }
-                Some(buf)
+        if let ChunkBuf::InFlightDma(buf) = &chunk.buf {
+            if !more_queued {
+                let from = (align_down(end) - chunk.position) as usize;
+                segment.tail_block.clear();
+                segment
+                    .tail_block
+                    .extend_from_slice(&buf.as_bytes()[from..chunk.len]);
             }
-            _ => None,
         }
     }
 
@@ -668,7 +769,7 @@ impl State {
             unreachable!("the completed op is the front seal op")
         };
         self.ops_done = op_seq;
-        self.write_in_flight = false;
+        self.end_write();
         if let Some(slot) = self.segment_slot(segment_base_offset) {
             self.segments[slot].tail_block = Vec::new();
         }
@@ -730,7 +831,6 @@ impl Inner {
     fn latch(&self, error: &StorageError) {
         tracing::error!(dir = %self.dir.display(), %error, "log failed; refusing writes");
         let mut state = self.state.borrow_mut();
-        state.write_in_flight = false;
         state.sync_in_flight = false;
         if state.failed.is_none() {
             state.failed = Some(error.to_string());
@@ -786,15 +886,44 @@ impl Inner {
     }
 
     /// Performs the op at the front of the queue.
-    async fn write_next(&self) -> Result<(), StorageError> {
-        let Some(job) = self.state.borrow_mut().take_job() else {
-            return Ok(());
-        };
+    /// Takes the next op the writer may start, noting how many are in flight.
+    fn take_job(&self) -> Option<Job> {
+        let mut state = self.state.borrow_mut();
+        let job = state.take_job()?;
+        let writes = self.disk_writes.get();
+        self.disk_writes.set(DiskWrites {
+            most_in_flight: writes.most_in_flight.max(state.writes_in_flight),
+            ..writes
+        });
+        Some(job)
+    }
+
+    fn count_disk_write(&self, bytes: usize) {
+        let writes = self.disk_writes.get();
+        self.disk_writes.set(DiskWrites {
+            count: writes.count + 1,
+            bytes: writes.bytes + bytes as u64,
+            ..writes
+        });
+    }
+
+    /// Runs an op the writer took. Its place in flight is given back whether it succeeds
+    /// (by `complete_*`) or fails (here).
+    async fn run_job(&self, job: Job) -> Result<(), StorageError> {
+        let result = self.write_job(job).await;
+        if result.is_err() {
+            self.state.borrow_mut().end_write();
+        }
+        result
+    }
+
+    async fn write_job(&self, job: Job) -> Result<(), StorageError> {
         match job {
             Job::Direct { chunk, buf } => {
                 let file = self.segment_file(chunk.segment_base_offset).await?;
                 let end = chunk.position + buf.len() as u64;
                 file.allocate_to(end, self.allocation_step()).await?;
+                self.count_disk_write(buf.len());
                 file.write_direct(buf, chunk.position).await?;
                 let written = self.state.borrow_mut().complete_data(chunk, &file);
                 if let Some(buf) = written {
@@ -812,6 +941,7 @@ impl Inner {
                 let file = self.segment_file(chunk.segment_base_offset).await?;
                 let end = chunk.position + buf.len() as u64;
                 file.allocate_to(end, self.allocation_step()).await?;
+                self.count_disk_write(buf.len());
                 file.write_buffered(buf, chunk.position).await?;
                 self.state.borrow_mut().complete_data(chunk, &file);
             }
@@ -1030,8 +1160,9 @@ impl Drop for Inner {
     }
 }
 
-/// Writes queued ops in order, one in flight, as soon as there are any. Holds the log only
-/// weakly so that dropping every `Log` handle stops it.
+/// Starts queued ops in order as soon as the writer may (see `State::next_job`), each as its
+/// own task so that a second write can start while the first is in flight. Holds the log only
+/// weakly so that dropping every `Log` handle stops it; a write in flight holds it strongly.
 async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
     loop {
         signals
@@ -1048,13 +1179,17 @@ async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
             break;
         }
         let Some(inner) = log.upgrade() else { break };
-        if let Err(error) = inner.write_next().await {
-            inner.latch(&error);
-            signals.progress.notify();
-            break;
-        }
-        drop(inner);
-        signals.progress.notify();
+        let Some(job) = inner.take_job() else {
+            continue;
+        };
+        glommio::spawn_local(async move {
+            if let Err(error) = inner.run_job(job).await {
+                inner.latch(&error);
+            }
+            inner.signals.progress.notify();
+            inner.signals.writer.notify();
+        })
+        .detach();
     }
     signals.progress.notify();
 }
@@ -1223,7 +1358,7 @@ impl Log {
             ops_enqueued: 0,
             ops_done: 0,
             ops_synced: 0,
-            write_in_flight: false,
+            writes_in_flight: 0,
             sync_in_flight: false,
             dirty_files: Vec::new(),
             pending_bytes: 0,
@@ -1242,6 +1377,7 @@ impl Log {
             state: RefCell::new(state),
             signals: signals.clone(),
             disk_reads: Cell::new(DiskReads::default()),
+            disk_writes: Cell::new(DiskWrites::default()),
             spares: RefCell::new(spares),
         });
         glommio::spawn_local(writer_task(Rc::downgrade(&inner), signals)).detach();
@@ -1540,6 +1676,10 @@ impl Log {
 
     pub fn log_start_offset(&self) -> i64 {
         self.inner.state.borrow().log_start_offset
+    }
+
+    pub fn disk_writes(&self) -> DiskWrites {
+        self.inner.disk_writes.get()
     }
 
     pub fn disk_reads(&self) -> DiskReads {
@@ -1886,7 +2026,7 @@ impl Log {
             .progress
             .wait_until(|| {
                 let state = inner.state.borrow();
-                !state.write_in_flight && !state.sync_in_flight
+                state.writes_in_flight == 0 && !state.sync_in_flight
             })
             .await;
         inner.cache.remove_log(inner.log_id);

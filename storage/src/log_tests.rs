@@ -518,20 +518,27 @@ fn appends_beyond_the_pending_limit_get_backpressure() {
     });
 }
 
+/// A log with 64 KiB write buffers (a 512 KiB write queue), and a ~10 KB batch, which does
+/// not divide a buffer.
+async fn small_queue_log(dir: &Path, mode: IoMode) -> (Log, LogConfig, Vec<u8>) {
+    let config = LogConfig {
+        write_buffer_bytes_max: 64 << 10,
+        ..config(mode)
+    };
+    let log = open(dir, config.clone()).await;
+    let records = encode_batch(&BatchSpec {
+        value_bytes: 10_000,
+        ..BatchSpec::default()
+    });
+    (log, config, records)
+}
+
 #[test]
 fn a_full_write_queue_takes_appends_again_once_its_oldest_write_is_done() {
     for mode in modes() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
-            let config = LogConfig {
-                write_buffer_bytes_max: 64 << 10,
-                ..config(mode)
-            };
-            let log = open(dir.path(), config).await;
-            let records = encode_batch(&BatchSpec {
-                value_bytes: 10_000,
-                ..BatchSpec::default()
-            });
+            let (log, _, records) = small_queue_log(dir.path(), mode).await;
             let mut appended = 0;
             let mut waits = 0;
             while appended < 400 {
@@ -553,6 +560,44 @@ fn a_full_write_queue_takes_appends_again_once_its_oldest_write_is_done() {
             assert_eq!(log.write_queue_bytes(), 0);
             let stored = read_all(&log, 0).await;
             assert_eq!(stored.len(), 400 * records.len(), "{mode:?}");
+        });
+    }
+}
+
+#[test]
+fn full_chunks_are_written_two_at_a_time_in_direct_mode() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            // The batches do not divide a chunk: each chunk is filled to its end, so the next
+            // one starts on a fresh block.
+            let (log, config, records) = small_queue_log(dir.path(), mode).await;
+            let count = 300;
+            for _ in 0..count {
+                while let Err(error) = log.append(&records, 0, 0) {
+                    match error {
+                        AppendError::Storage(StorageError::WriteBufferFull { .. }) => {
+                            log.wait_for_room(records.len()).await.expect("room")
+                        }
+                        error => panic!("append: {error}"),
+                    }
+                }
+            }
+            log.sync().await.expect("sync");
+            let writes = log.disk_writes();
+            let most = if mode == IoMode::Direct { 2 } else { 1 };
+            assert_eq!(writes.most_in_flight, most, "{mode:?}: {writes:?}");
+            let expected = records.len() * count;
+            assert_eq!(read_all(&log, 0).await.len(), expected, "{mode:?}");
+            // What is on disk is whole and in order: recovery keeps every batch.
+            drop(log);
+            let log = open(dir.path(), config).await;
+            let stored = read_all(&log, 0).await;
+            assert_eq!(stored.len(), expected, "{mode:?}");
+            assert_eq!(
+                batch_base_offsets(&stored),
+                (0..count as i64).collect::<Vec<i64>>()
+            );
         });
     }
 }
