@@ -49,14 +49,16 @@ fn x_label(x: &f64) -> String {
 
 const SIZE: (u32, u32) = (960, 600);
 
-pub fn latency_svg(path: &Path, title: &str, series: &[Series]) -> Result<()> {
+/// Writes the plot as SVG: `title` on top, `subtitle` (what was measured where) below it.
+pub fn latency_svg(path: &Path, title: &str, subtitle: &str, series: &[Series]) -> Result<()> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    draw(root, title, series).map_err(|e| anyhow!("plotting {}: {e}", path.display()))
+    draw(root, title, subtitle, series).map_err(|e| anyhow!("plotting {}: {e}", path.display()))
 }
 
-pub fn latency_png(path: &Path, title: &str, series: &[Series]) -> Result<()> {
+/// Writes the plot as PNG, as `latency_svg` does.
+pub fn latency_png(path: &Path, title: &str, subtitle: &str, series: &[Series]) -> Result<()> {
     let root = PixelText(BitMapBackend::new(path, SIZE)).into_drawing_area();
-    draw(root, title, series).map_err(|e| anyhow!("plotting {}: {e}", path.display()))
+    draw(root, title, subtitle, series).map_err(|e| anyhow!("plotting {}: {e}", path.display()))
 }
 
 /// A bitmap backend that draws text with a built-in 8×8 font instead of system fonts.
@@ -191,12 +193,16 @@ impl<'a> DrawingBackend for PixelText<'a> {
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
+    subtitle: &str,
     series: &[Series],
 ) -> Result<(), Box<dyn std::error::Error + 'static>>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
+    // Two lines: a broker's label and the date do not fit beside the title at 960 pixels.
+    let area = root.titled(title, ("sans-serif", 24))?;
+    let area = area.titled(subtitle, ("sans-serif", 14))?;
     let y_max = series
         .iter()
         .flat_map(|s| {
@@ -208,8 +214,7 @@ where
         .fold(0.0f64, f64::max)
         .max(0.001)
         * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
+    let mut chart = ChartBuilder::on(&area)
         .margin(20)
         .margin_right(50)
         .x_label_area_size(50)
@@ -278,9 +283,11 @@ mod tests {
                 points: vec![(0.0, 0.2), (0.9, 0.5), (0.9999, 2.0)],
             },
         ];
-        latency_svg(&path, "acks=1", &series).expect("plots");
+        let subtitle = "ringlog target/release/ringlog, 1 core(s), log.io.mode=direct \
+                        (127.0.0.1:60903), 1 cores, 2026-11-29T23:55:35Z";
+        latency_svg(&path, "acks=1", subtitle, &series).expect("plots");
         let png = dir.path().join("p.png");
-        latency_png(&png, "acks=1", &series).expect("plots");
+        latency_png(&png, "acks=1", subtitle, &series).expect("plots");
         let bytes = std::fs::read(&png).expect("written");
         assert!(bytes.starts_with(b"\x89PNG"), "a PNG file");
         if let Ok(keep) = std::env::var("BENCH_PLOT_SAMPLE") {
@@ -288,6 +295,7 @@ mod tests {
         }
         let svg = std::fs::read_to_string(&path).expect("written");
         assert!(svg.starts_with("<svg") && svg.contains("acks=1") && svg.contains("p99.9"));
+        assert!(svg.contains("log.io.mode=direct (127.0.0.1:60903)"));
         assert!(svg.contains("100 B") && svg.contains("polyline"));
     }
 }
