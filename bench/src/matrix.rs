@@ -129,7 +129,7 @@ fn write_plot(
         format!("acks={}: produce latency by percentile", acks_name(acks))
     };
     // ASCII only: the PNG's built-in font has no other glyphs.
-    let subtitle = format!("{}, {} cores, {}", env.broker, env.cores, env.date_utc);
+    let subtitle = format!("{}; {} cores; {}", env.broker, env.cores, env.date_utc);
     let name = format!("latency-acks{}", acks_name(acks));
     plot::latency_svg(&out.join(format!("{name}.svg")), &title, &subtitle, &series)?;
     plot::latency_png(&out.join(format!("{name}.png")), &title, &subtitle, &series)

@@ -128,7 +128,13 @@ pub fn parse_hgrm(text: &str) -> Vec<(f64, f64)> {
 pub struct Environment {
     pub command: String,
     pub broker: String,
+    /// The machine's online CPUs (not only those the generator may use).
     pub cores: usize,
+    #[serde(default)]
+    pub cpu_model: String,
+    /// The CPUs the generator may run on (its affinity, e.g. from `taskset`), as a list.
+    #[serde(default)]
+    pub generator_cpus: String,
     pub kernel: String,
     pub date_utc: String,
     pub bench_version: String,
@@ -139,12 +145,24 @@ impl Environment {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| format!("Linux {}", s.trim()))
             .unwrap_or_else(|_| std::env::consts::OS.to_string());
+        let cores = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|list| cpu_list_len(list.trim()))
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+                    .map(|(_, model)| model.trim().to_string())
+            })
+            .unwrap_or_default();
         Environment {
             command: command.to_string(),
             broker: broker.to_string(),
-            cores: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            cores,
+            cpu_model,
+            generator_cpus: cpu_list(&shard::executor::online_cpus()),
             kernel,
             date_utc: utc_now(),
             bench_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -153,10 +171,55 @@ impl Environment {
 
     pub fn header(&self) -> String {
         format!(
-            "# command: {}\n# broker: {}\n# machine: {} cores, {}\n# date: {}\n",
-            self.command, self.broker, self.cores, self.kernel, self.date_utc
+            "# command: {}\n# broker: {}\n# machine: {}, {}\n# generator on CPUs {}\n# date: {}\n",
+            self.command,
+            self.broker,
+            self.machine(),
+            self.kernel,
+            self.generator_cpus,
+            self.date_utc
         )
     }
+
+    /// `2 cores (AMD EPYC 7B13)`, or without the model when unknown.
+    pub fn machine(&self) -> String {
+        let cores = if self.cores == 1 { "core" } else { "cores" };
+        if self.cpu_model.is_empty() {
+            format!("{} {cores}", self.cores)
+        } else {
+            format!("{} {cores} ({})", self.cores, self.cpu_model)
+        }
+    }
+}
+
+/// How many CPUs a kernel CPU list (`0-3,8,10-11`) names; None if it does not parse.
+fn cpu_list_len(list: &str) -> Option<usize> {
+    list.split(',').try_fold(0, |count, part| {
+        let len = match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse().ok()?)? + 1,
+            None => part.parse::<usize>().map(|_| 1).ok()?,
+        };
+        Some(count + len)
+    })
+}
+
+/// Ascending CPU ids as a kernel CPU list: `[0, 1, 2, 5]` -> `0-2,5`.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
 }
 
 /// This process's command line, quoted where a word has spaces.
@@ -405,6 +468,19 @@ pub fn to_json<T: Serialize>(value: &T) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_read_and_write_as_the_kernel_does() {
+        assert_eq!(cpu_list_len("0-1"), Some(2));
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        assert_eq!(cpu_list_len("5"), Some(1));
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len("x"), None);
+        assert_eq!(cpu_list(&[0, 1, 2, 5]), "0-2,5");
+        assert_eq!(cpu_list(&[1]), "1");
+        assert_eq!(cpu_list(&[0, 2, 3]), "0,2-3");
+        assert_eq!(cpu_list(&[]), "");
+    }
 
     #[test]
     fn percentiles_of_a_uniform_distribution() {

@@ -54,6 +54,7 @@ fn short_matrix_against_ringlog_counts_every_message() {
         "matrix",
         "# broker: ringlog (127.0.0.1:",
         "# machine: ",
+        "# generator on CPUs ",
         "# date: ",
     ] {
         assert!(
@@ -69,6 +70,9 @@ fn short_matrix_against_ringlog_counts_every_message() {
         .as_str()
         .is_some_and(|c| c.contains("matrix")));
     assert!(env["cores"].as_u64().is_some_and(|c| c >= 1));
+    assert!(env["generator_cpus"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty()));
     assert!(env["kernel"].as_str().is_some_and(|k| !k.is_empty()));
     assert!(env["date_utc"].as_str().is_some_and(|d| d.ends_with('Z')));
     let runs = v["runs"].as_array().expect("runs");
