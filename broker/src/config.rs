@@ -91,6 +91,10 @@ pub struct BrokerConfig {
     pub write_buffer_bytes_max: usize,
     pub idle_timeout: Duration,
     pub in_flight_requests_max: usize,
+    /// `max.connections`: the node stops accepting while it holds this many connections.
+    pub connections_max: usize,
+    /// `max.connections.per.ip`: a new connection from an address holding this many is closed.
+    pub connections_per_ip_max: usize,
     /// Defaults for topic-level settings that topics may override.
     pub topic_defaults: BTreeMap<String, String>,
     pub groups: GroupConfig,
@@ -159,6 +163,8 @@ const BROKER_KEYS: &[&str] = &[
     "log.write.buffer.bytes",
     "connections.max.idle.ms",
     "max.in.flight.requests.per.connection",
+    "max.connections",
+    "max.connections.per.ip",
     "log.retention.hours",
     "log.retention.minutes",
     "log.retention.check.interval.ms",
@@ -356,6 +362,18 @@ impl BrokerConfig {
                 1,
                 1024,
             )?,
+            connections_max: number(
+                "max.connections",
+                get("max.connections").unwrap_or("2147483647"),
+                1,
+                i32::MAX as usize,
+            )?,
+            connections_per_ip_max: number(
+                "max.connections.per.ip",
+                get("max.connections.per.ip").unwrap_or("2147483647"),
+                1,
+                i32::MAX as usize,
+            )?,
             topic_defaults,
             groups: GroupConfig {
                 offsets_partitions: number(
@@ -461,6 +479,11 @@ impl BrokerConfig {
             (
                 "connections.max.idle.ms".into(),
                 self.idle_timeout.as_millis().to_string(),
+            ),
+            ("max.connections".into(), self.connections_max.to_string()),
+            (
+                "max.connections.per.ip".into(),
+                self.connections_per_ip_max.to_string(),
             ),
         ];
         for (topic_key, broker_key, _) in TOPIC_CONFIGS {

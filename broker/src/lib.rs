@@ -19,6 +19,7 @@ pub mod config;
 pub mod controller;
 pub mod errors;
 pub mod groups;
+pub mod listener;
 pub mod metadata;
 pub mod partition;
 pub mod request;

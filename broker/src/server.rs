@@ -1,10 +1,13 @@
-//! Start-up and shutdown of a node: load metadata, start one shard per core, open each
-//! shard's partitions (recovering them), then listen on the same port on every shard
-//! (SO_REUSEPORT); on SIGINT or SIGTERM stop accepting, flush and close every log.
+//! Start-up and shutdown of a node: lock the data directory, bind the listening socket, load
+//! metadata, start one shard per core, open each shard's partitions (recovering them), then
+//! accept on shard 0 and deal connections to every shard ([`crate::listener`]); on SIGINT or
+//! SIGTERM stop accepting, flush and close every log.
 //!
-//! Invariants: no shard accepts a connection before every shard has opened its partitions
-//! (a request routed to a shard still recovering would see its partition missing); the data
-//! directory is locked (`.lock`, flock) so two nodes never write one log.
+//! Invariants: no connection is served before every shard has opened its partitions (a
+//! request routed to a shard still recovering would see its partition missing); "ready" is
+//! logged only then, with the address, so a harness waiting for it never talks to a node that
+//! is still starting; the data directory is locked (`.lock`, flock) so two nodes never write
+//! one log, and the listening socket is the node's own, so two nodes never share a port.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -12,7 +15,6 @@ use std::rc::Rc;
 use std::sync::{Arc, Barrier, Mutex};
 
 use anyhow::{bail, Context};
-use glommio::net::TcpListener;
 use net::ConnectionLimits;
 use shard::{Job, Mesh, Router, ShardsConfig};
 
@@ -38,6 +40,13 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     config.log_dir = std::fs::canonicalize(&config.log_dir)
         .with_context(|| format!("resolving log.dirs {}", config.log_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
+    let listener = crate::listener::bind(&config.listener.host, config.listener.port)?;
+    let port = listener.local_addr().context("listener address")?.port();
+    // Port 0 asked the kernel for a port: it is known now, and clients are told it.
+    if config.advertised.port == 0 {
+        config.advertised.port = port;
+    }
+    config.listener.port = port;
     let controller = Controller::load(Box::new(FileMetadataStore::new(&config.log_dir)))
         .context("loading metadata")?;
     let image = controller.image();
@@ -68,6 +77,7 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     let startup = Arc::new(Mutex::new(Startup {
         endpoints: endpoints.into_iter().map(Some).collect(),
         controller: Some(controller),
+        listener: Some(listener),
     }));
     let ready = Arc::new(Barrier::new(shard_count));
     let config = Arc::new(config);
@@ -77,22 +87,21 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         ring_depth: RING_DEPTH,
     };
     let results = shard::run_shards(&shards, move |id| {
-        let (endpoint, controller) = {
+        let (endpoint, controller, listener) = {
             let mut startup = startup.lock().expect("start-up lock is never poisoned");
             let endpoint = startup.endpoints[id]
                 .take()
                 .expect("each shard starts once");
-            let controller = if id == 0 {
-                startup.controller.take()
+            if id == 0 {
+                (endpoint, startup.controller.take(), startup.listener.take())
             } else {
-                None
-            };
-            (endpoint, controller)
+                (endpoint, None, None)
+            }
         };
         shard_main(
             Router::new(endpoint),
             config.clone(),
-            controller,
+            (controller, listener),
             image.clone(),
             ready.clone(),
         )
@@ -107,12 +116,16 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
 struct Startup {
     endpoints: Vec<Option<shard::Endpoint<Job<Shard>>>>,
     controller: Option<Controller>,
+    listener: Option<std::net::TcpListener>,
 }
+
+/// What shard 0 alone runs: the controller, and the acceptor on the listening socket.
+type ShardZero = (Option<Controller>, Option<std::net::TcpListener>);
 
 async fn shard_main(
     router: Router<Shard>,
     config: Arc<BrokerConfig>,
-    controller: Option<Controller>,
+    (controller, listener): ShardZero,
     image: Arc<MetadataImage>,
     ready: Arc<Barrier>,
 ) -> anyhow::Result<()> {
@@ -130,66 +143,43 @@ async fn shard_main(
     // Wait for every shard even on failure, so no shard waits forever.
     ready.wait();
     opened.context("opening partitions")?;
-    let listener = TcpListener::bind((config.listener.host.as_str(), config.listener.port))
-        .map_err(|error| {
-            anyhow::anyhow!(
-                "listening on {}:{}: {error}",
-                config.listener.host,
-                config.listener.port
-            )
-        })?;
-    let address = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    tracing::info!(shard = shard.id(), address, "listening");
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
     let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
     let sweeper = glommio::spawn_local(crate::groups::GroupCoordinator::sweep_forever(
         shard.clone(),
     ))
     .detach();
-    let limits = ConnectionLimits {
-        request_bytes_max: config.request_bytes_max,
-        in_flight_max: config.in_flight_requests_max,
-        idle_timeout: config.idle_timeout,
-    };
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shard.stopping.changed_since(stopping).await;
-            None
-        })
-        .await;
-        let stream = match accepted {
-            None => break,
-            Some(Ok(stream)) => stream,
-            Some(Err(error)) => {
-                tracing::warn!(%error, "accept failed");
-                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let connection = net::serve_connection(
-            stream,
-            shard.clone(),
-            apis.clone(),
-            limits.clone(),
-            shard.request_budget.clone(),
-        );
-        glommio::spawn_local(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended");
-            }
-        })
-        .detach();
+    let stopped = shard.stopping.changed_since(stopping);
+    match listener {
+        Some(listener) => {
+            let address = listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            tracing::info!(address, shards = shard.router.shard_count(), "ready");
+            crate::listener::accept_until(shard.clone(), listener, stopped, serve_connection).await;
+        }
+        None => stopped.await,
     }
-    drop(listener);
     flusher.cancel();
     retention.cancel();
     sweeper.cancel();
     shard.close().await;
     inbox.cancel();
     Ok(())
+}
+
+/// Serves one client connection on the shard it was dealt to, until it ends.
+async fn serve_connection(shard: Rc<Shard>, stream: glommio::net::TcpStream) {
+    let limits = ConnectionLimits {
+        request_bytes_max: shard.config.request_bytes_max,
+        in_flight_max: shard.config.in_flight_requests_max,
+        idle_timeout: shard.config.idle_timeout,
+    };
+    let (apis, budget) = (shard.apis.clone(), shard.request_budget.clone());
+    if let Err(error) = net::serve_connection(stream, shard, apis, limits, budget).await {
+        tracing::debug!(%error, "connection ended");
+    }
 }
 
 /// `log.flush.interval.ms`: makes acks=0/1 data durable in the background.

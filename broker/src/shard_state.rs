@@ -18,6 +18,7 @@ use storage::{BatchCache, Log, LogConfig};
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
 use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
+use crate::listener::ConnectionCounts;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
 
@@ -34,6 +35,8 @@ pub struct Shard {
     pub controller: Option<Controller>,
     /// Groups whose `__consumer_offsets` partition this shard owns.
     pub groups: GroupCoordinator,
+    /// Connections of the whole node, counted on shard 0 (where the acceptor runs).
+    pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
     stopped: Cell<bool>,
 }
@@ -46,6 +49,7 @@ impl Shard {
         controller: Option<Controller>,
     ) -> Shard {
         let groups = GroupCoordinator::new(config.groups.clone());
+        let connections = (router.shard_id() == 0).then(|| Rc::new(ConnectionCounts::new()));
         Shard {
             request_budget: Rc::new(Semaphore::new(config.queued_request_bytes_max as u64)),
             cache: Rc::new(BatchCache::new(config.cache_bytes_max)),
@@ -56,6 +60,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             controller,
             groups,
+            connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),
         }

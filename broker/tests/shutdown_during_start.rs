@@ -13,14 +13,11 @@ use std::time::{Duration, Instant};
 fn sigint_while_starting_stops_the_node() {
     for attempt in 0..5 {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringlog"))
             .args(["serve", "--cores", "2"])
             .args(["--set", &format!("log.dirs={}", dir.path().display())])
-            .args(["--set", &format!("listeners=PLAINTEXT://127.0.0.1:{port}")])
+            // Port 0: the node binds a port the kernel picks, so nothing can race it for one.
+            .args(["--set", "listeners=PLAINTEXT://127.0.0.1:0"])
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .spawn()

@@ -2,8 +2,13 @@
 
 Each broker runs as a child process of pytest on a free 127.0.0.1 port with its
 own temporary log dir, configured only through `--set` flags with Kafka's
-config names, exactly as a user would start it. Readiness is the port
-accepting a TCP connection, polled against a deadline. The broker's stderr goes
+config names, exactly as a user would start it. Ports come from below the
+kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), so no
+client's source port can hold one; a broker whose first start finds its port
+taken exits saying "address already in use" and is started on another. Ready
+means the broker logged "ready" (every shard serves), polled against a
+deadline: a TCP connect proves less, the socket is bound before the logs
+recover. The broker's stderr goes
 to a file; when a test fails, the tail of every broker it started is attached
 to the failure report. Stopping is SIGTERM, a bounded wait, then SIGKILL, and a
 broker that needed SIGKILL, or that panicked, fails the test that owned it: a
@@ -14,6 +19,7 @@ The binary comes from RINGLOG_BIN (scripts/test.sh passes the release build).
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -43,10 +49,36 @@ def ringlog_bin() -> Path:
     return path
 
 
+PORT_RANGE = 12000
+START_ATTEMPTS = 20
+
+
+def ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+            return low if low > 2048 else 32768
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A random port below the ephemeral range that nothing listens on right now."""
+    low = ephemeral_low()
+    floor = max(1024, low - PORT_RANGE)
+    while True:
+        port = random.randrange(floor, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+
+
+def is_ready_line(line: str) -> bool:
+    return "broker::server" in line and " ready " in line
 
 
 class Broker:
@@ -59,20 +91,23 @@ class Broker:
         self.data_dir = workdir / f"{name}-data"
         self.log_path = workdir / f"{name}.stderr"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
         self.io_mode = io_mode
         self.cores = cores
         self.settings = {
             "log.dirs": str(self.data_dir),
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.io.mode": io_mode,
         }
+        self.use_port(free_port())
         self.settings.update(settings or {})
         self.extra_args = list(extra_args)
         self.proc = None
         self.starts = 0
         _BROKERS.append(self)
+
+    def use_port(self, port: int):
+        self.port = port
+        self.settings["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        self.settings["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
 
     @property
     def bootstrap(self) -> str:
@@ -85,31 +120,48 @@ class Broker:
         return cmd
 
     def start(self, ready_timeout=READY_TIMEOUT_S):
+        """Starts the broker and waits for its "ready" line. Only a first start moves to
+        another port when its port turns out to be taken: a restart keeps its address,
+        which clients already know."""
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        for _ in range(START_ATTEMPTS):
+            if self.try_start(ready_timeout):
+                return self
+            if self.starts > 1:
+                break
+            self.use_port(free_port())
+        raise AssertionError(f"{self.name} found no free port (its stderr is attached below)")
+
+    def try_start(self, ready_timeout) -> bool:
+        """True once ready; False if the port was taken; raises on any other failure."""
         self.starts += 1
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
+        env["RUST_LOG"] += ",broker::server=info"
         env.setdefault("RUST_BACKTRACE", "1")
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
             log.flush()
+            start_bytes = log.tell()
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=log, env=env, cwd=self.data_dir.parent)
         deadline = time.monotonic() + ready_timeout
         while True:
+            with open(self.log_path, "rb") as log:
+                log.seek(start_bytes)
+                text = log.read().decode(errors="replace")
+            if any(is_ready_line(line) for line in text.splitlines()):
+                return True
             rc = self.proc.poll()
             if rc is not None:
-                raise AssertionError(f"{self.name} exited with {rc} before accepting "
-                                     f"connections (its stderr is attached below)")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                pass
+                if "address already in use" in text:
+                    return False
+                raise AssertionError(f"{self.name} exited with {rc} before it was ready "
+                                     f"(its stderr is attached below)")
             if time.monotonic() > deadline:
-                self.dump_stacks(f"not accepting connections after {ready_timeout}s")
+                self.dump_stacks(f"not ready after {ready_timeout}s")
                 self.kill9()
-                raise AssertionError(f"{self.name} did not accept connections on {self.bootstrap} "
+                raise AssertionError(f"{self.name} was not ready on {self.bootstrap} "
                                      f"within {ready_timeout}s")
             time.sleep(0.05)
 

@@ -69,6 +69,29 @@ impl<S: 'static> Router<S> {
         reply_rx.recv_async().await.map_err(|_| ShardStopped(owner))
     }
 
+    /// Runs `job` on `owner` without waiting for it to finish (a connection handed to the
+    /// shard that serves it). Waits only while the owner's inbox is full.
+    pub async fn spawn<F, Fut>(
+        &self,
+        local: &Rc<S>,
+        owner: ShardId,
+        job: F,
+    ) -> Result<(), ShardStopped>
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        if owner == self.endpoint.id() {
+            glommio::spawn_local(job(local.clone())).detach();
+            return Ok(());
+        }
+        let boxed: Job<S> = Box::new(move |state| Box::pin(job(state)));
+        self.endpoint
+            .send(owner, boxed)
+            .await
+            .map_err(|_| ShardStopped(owner))
+    }
+
     /// Serves jobs sent to this shard until every sender is gone;
     /// each job runs as its own task so a slow one never blocks the inbox.
     pub async fn serve(&self, state: Rc<S>) {

@@ -4,10 +4,12 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+#[path = "../../../broker/tests/common/launch.rs"]
+mod launch;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Output};
 
 pub struct Node {
     child: Child,
@@ -59,51 +61,26 @@ fn ringlog_binary() -> PathBuf {
     bin
 }
 
-fn free_port() -> u16 {
-    // Port 0 asks the kernel for a free port; there is always one on loopback.
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    l.local_addr().expect("local addr").port()
-}
-
 pub fn start_node(dir: &Path) -> (Node, SocketAddr) {
     let bin = ringlog_binary();
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("valid address");
-    let log = dir.join("ringlog.log");
-    let out = std::fs::File::create(&log).expect("log file");
-    let err = out.try_clone().expect("log file handle");
-    let listener = format!("PLAINTEXT://127.0.0.1:{port}");
-    let child = Command::new(&bin)
-        .arg("serve")
-        .args(["--cores", "1"])
-        .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
-        .args(["--set", &format!("listeners={listener}")])
-        .args(["--set", &format!("advertised.listeners={listener}")])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    let mut node = Node { child, log };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return (node, addr);
-        }
-        if let Ok(Some(status)) = node.child.try_wait() {
-            panic!(
-                "{} exited ({status}) before listening on {addr}; its log:\n{}",
-                bin.display(),
-                std::fs::read_to_string(&node.log).unwrap_or_default()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never listened on {addr}",
-            bin.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let launched = launch::launch(&dir.join("ringlog.log"), |port| {
+        let listener = format!("PLAINTEXT://127.0.0.1:{port}");
+        let mut command = Command::new(&bin);
+        command
+            .arg("serve")
+            .args(["--cores", "1"])
+            .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
+            .args(["--set", &format!("listeners={listener}")])
+            .args(["--set", &format!("advertised.listeners={listener}")])
+            .env("RUST_LOG", launch::log_filter("info"));
+        command
+    });
+    let addr = SocketAddr::from(([127, 0, 0, 1], launched.port));
+    let node = Node {
+        child: launched.child,
+        log: launched.log,
+    };
+    (node, addr)
 }
 
 impl Node {

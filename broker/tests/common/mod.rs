@@ -1,13 +1,17 @@
 //! Test harness: a real `ringlog` process on a free loopback port with its own data
 //! directory, and a minimal blocking Kafka client built on the `kafka-protocol` codecs.
+//! Nodes start through [`launch`], which races nothing for their ports; a node's output
+//! goes to `node.log` in its directory and is printed when a test fails.
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod launch;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
@@ -32,44 +36,32 @@ impl Node {
 
     /// Starts a node on an existing data directory (for restarts).
     pub fn start_in(dir: &Path, settings: &[&str]) -> Node {
-        let port = free_port();
-        let listener = format!("PLAINTEXT://127.0.0.1:{port}");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ringlog"));
-        command
-            .arg("serve")
-            .arg("--cores")
-            .arg("2")
-            .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
-            .args(["--set", &format!("listeners={listener}")])
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        for setting in settings {
-            command.args(["--set", setting]);
-        }
-        let child = command.spawn().expect("ringlog starts");
-        let node = Node {
-            child,
-            port,
+        let launched = launch::launch(&dir.join("node.log"), |port| {
+            let listener = format!("PLAINTEXT://127.0.0.1:{port}");
+            let mut command = Command::new(env!("CARGO_BIN_EXE_ringlog"));
+            command
+                .arg("serve")
+                .arg("--cores")
+                .arg("2")
+                .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
+                .args(["--set", &format!("listeners={listener}")])
+                .env("RUST_LOG", launch::log_filter("warn"));
+            for setting in settings {
+                command.args(["--set", setting]);
+            }
+            command
+        });
+        Node {
+            child: launched.child,
+            port: launched.port,
             dir: dir.to_path_buf(),
             _tmp: None,
-        };
-        node.wait_ready();
-        node
+        }
     }
 
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("ringlog did not listen on {} within 30 s", self.port);
+    /// What the node has logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
     }
 
     pub fn connect(&self) -> Client {
@@ -106,12 +98,14 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the node on port {} ---\n{}",
+                self.port,
+                self.log_text()
+            );
+        }
     }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("address").port()
 }
 
 pub struct Client {
