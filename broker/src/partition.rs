@@ -1,15 +1,23 @@
-//! A partition as its owning shard holds it: the log plus who waits on it.
+//! A partition as its owning shard holds it: the log, its high watermark, and who waits on
+//! them.
 //!
-//! Invariants: a `Partition` never leaves its shard (it is `!Send` through `Rc`); every
-//! successful append fires `appended`, so a fetch waiting for data wakes the moment data
-//! arrives rather than when its timer runs out. On a single node the high watermark is the
-//! log end offset: the only replica is the leader.
+//! Invariants:
+//! - A `Partition` never leaves its shard (it is `!Send` through `Rc`).
+//! - Appends are applied in the order they were queued ([`Partition::queue_append`] takes
+//!   its place synchronously), whatever order the tasks doing them run in: a producer's
+//!   requests keep their order on every path.
+//! - The high watermark is the partition's own notion: consumers read only below it, and it
+//!   never passes what a crash of the process could take back. On a single node it follows
+//!   the log's completed writes ([`storage::Log::written_end_offset`]); replication will move
+//!   it by the followers instead. It never moves backwards, and every move fires
+//!   `high_watermark_moved`, so a fetch waiting for data wakes the moment data is visible.
 
-use std::rc::Rc;
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::{Rc, Weak};
 
-use glommio::sync::Semaphore;
-use kafka_protocol::error::ResponseError;
-use shard::Notify;
+use bytes::Bytes;
+use shard::{Notify, Turns};
 use storage::{AppendError, AppendInfo, Log, StorageError};
 use uuid::Uuid;
 
@@ -19,48 +27,88 @@ pub struct Partition {
     pub topic_id: Uuid,
     pub index: i32,
     pub log: Log,
-    pub appended: Notify,
-    /// One permit: whose turn it is to append.
-    append_turn: Semaphore,
+    high_watermark: Cell<i64>,
+    /// Fired whenever the high watermark moves forward (and when the partition goes away).
+    pub high_watermark_moved: Notify,
+    /// Whose turn it is to append.
+    append_turns: Rc<Turns>,
 }
 
 /// Outcome of appending one partition's records, in Kafka's terms.
 pub struct AppendOutcome {
     pub error_code: i16,
     pub base_offset: i64,
+    /// The offset after the last record appended (-1 when nothing was).
+    pub end_offset: i64,
     pub log_start_offset: i64,
 }
 
 impl Partition {
     pub fn new(topic_id: Uuid, index: i32, log: Log) -> Rc<Partition> {
-        Rc::new(Partition {
+        let partition = Rc::new(Partition {
             topic_id,
             index,
+            high_watermark: Cell::new(log.written_end_offset()),
             log,
-            appended: Notify::new(),
-            append_turn: Semaphore::new(1),
-        })
+            high_watermark_moved: Notify::new(),
+            append_turns: Turns::new(),
+        });
+        glommio::spawn_local(follow_written(Rc::downgrade(&partition))).detach();
+        partition
     }
 
+    /// The offset below which consumers may read.
     pub fn high_watermark(&self) -> i64 {
-        self.log.log_end_offset()
+        self.high_watermark.get()
     }
 
-    /// Appends `records` (one or more v2 batches). The log refuses them all, storing
-    /// nothing, if one is invalid (CORRUPT_MESSAGE) or above the topic's `max.message.bytes`
-    /// (MESSAGE_TOO_LARGE). Does not wait for the disk, except when appends
-    /// outrun it: then the write queue is full, and the append waits for it to drain.
-    ///
-    /// Appends take turns in arrival order (a FIFO semaphore), so an append that waits for
-    /// the queue is never overtaken by a later one: a producer's batches keep their order.
-    pub async fn append(&self, records: &[u8], now_ms: i64) -> AppendOutcome {
+    /// Moves the high watermark to `offset` if that is forward.
+    fn advance_high_watermark(&self, offset: i64) {
+        if offset > self.high_watermark.get() {
+            self.high_watermark.set(offset);
+            self.high_watermark_moved.notify_all();
+        }
+    }
+
+    /// Whole batches from `offset` below the high watermark, up to `max_bytes` (at least one
+    /// batch, KIP-74).
+    pub async fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<storage::ReadResult, storage::ReadError> {
+        self.log
+            .read_below(offset, max_bytes, self.high_watermark())
+            .await
+    }
+
+    /// Queues an append of `records` (one or more v2 batches) behind every append queued
+    /// before, now, and returns the future that performs it when its turn comes. The log
+    /// refuses them all, storing nothing, if one is invalid (CORRUPT_MESSAGE) or above the
+    /// topic's `max.message.bytes` (MESSAGE_TOO_LARGE). Does not wait for the disk, except
+    /// when appends outrun it: then the write queue is full, and the append (and every one
+    /// behind it) waits for room.
+    pub fn queue_append(
+        self: &Rc<Self>,
+        records: Bytes,
+        now_ms: i64,
+    ) -> impl Future<Output = AppendOutcome> + 'static {
+        let ticket = self.append_turns.take();
+        let partition = self.clone();
+        async move {
+            ticket.wait().await;
+            let outcome = partition.append_now(&records, now_ms).await;
+            drop(ticket);
+            outcome
+        }
+    }
+
+    async fn append_now(&self, records: &[u8], now_ms: i64) -> AppendOutcome {
         let refused = |error_code| AppendOutcome {
             error_code,
             base_offset: -1,
+            end_offset: -1,
             log_start_offset: self.log.log_start_offset(),
-        };
-        let Ok(_turn) = self.append_turn.acquire_permit(1).await else {
-            return refused(errors::code(ResponseError::NotLeaderOrFollower));
         };
         let info: AppendInfo = loop {
             match self.log.append(records, 0, now_ms) {
@@ -76,11 +124,24 @@ impl Partition {
                 }
             }
         };
-        self.appended.notify_all();
         AppendOutcome {
             error_code: errors::NONE,
             base_offset: info.base_offset,
+            end_offset: info.last_offset + 1,
             log_start_offset: self.log.log_start_offset(),
+        }
+    }
+
+    /// Waits until every record below `end_offset` is written, so that a crash of the
+    /// process cannot take it back (the acks=1 promise). Returns the Kafka error if the disk
+    /// failed or the partition closed first.
+    pub async fn wait_written(&self, end_offset: i64) -> i16 {
+        match self.log.wait_written(end_offset).await {
+            Ok(()) => errors::NONE,
+            Err(error) => {
+                tracing::warn!(partition = self.index, %error, "write not completed");
+                errors::storage_error(&error)
+            }
         }
     }
 
@@ -93,6 +154,29 @@ impl Partition {
                 tracing::error!(partition = self.index, %error, "sync failed");
                 errors::storage_error(&error)
             }
+        }
+    }
+
+    /// The partition is going away (deleted or shut down): waiters stop waiting.
+    pub fn retire(&self) {
+        self.high_watermark_moved.notify_all();
+    }
+}
+
+/// A single node's high watermark: the end of what the log has written. Holds the partition
+/// weakly and stops when the partition is dropped or its log stops.
+async fn follow_written(partition: Weak<Partition>) {
+    loop {
+        let (log, next) = match partition.upgrade() {
+            Some(partition) => (partition.log.clone(), partition.high_watermark() + 1),
+            None => return,
+        };
+        if log.wait_written(next).await.is_err() {
+            return;
+        }
+        match partition.upgrade() {
+            Some(partition) => partition.advance_high_watermark(log.written_end_offset()),
+            None => return,
         }
     }
 }

@@ -124,7 +124,7 @@ impl Shard {
             gone
         };
         for partition in gone {
-            partition.appended.notify_all();
+            partition.retire();
             partition.log.clone().delete().await?;
         }
         for topic in image.topics.values() {
@@ -208,7 +208,7 @@ impl Shard {
                 .collect()
         };
         for partition in partitions {
-            partition.appended.notify_all();
+            partition.retire();
             if let Err(error) = partition.log.close().await {
                 tracing::error!(partition = partition.index, %error, "closing log failed");
             }

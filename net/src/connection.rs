@@ -7,8 +7,10 @@
 //! ```
 //!
 //! Invariants:
-//! - Pipelining: up to `in_flight_max` requests of one connection are handled at once, but
-//!   the writer awaits the slots strictly in arrival order, so answers leave in order.
+//! - Order: requests are admitted one at a time, in arrival order ([`Handler::admit`]), so
+//!   what they change is changed in that order; then up to `in_flight_max` of them are
+//!   answered at once, and the writer awaits the slots strictly in arrival order, so
+//!   answers leave in order.
 //! - Memory: a frame's body is admitted only after its bytes are reserved from the shard's
 //!   request budget (a semaphore shared by every connection of the shard), and the
 //!   reservation lives until the answer is written. No client can make the shard hold more
@@ -57,9 +59,16 @@ pub enum Reply {
     Close,
 }
 
-/// The broker side of a connection: one call per decoded request.
+/// The future of one request's answer.
+pub type Answer = Pin<Box<dyn Future<Output = Reply>>>;
+
+/// The broker side of a connection: one call per decoded request, in arrival order.
 pub trait Handler: 'static {
-    fn handle(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Reply>>>;
+    /// Admits `request`. The connection awaits the returned future before it reads the
+    /// next request, so whatever must happen in arrival order (a produce taking its place
+    /// in its partitions' queues) is done by the time it resolves; it resolves to the future
+    /// of the answer, which runs beside the requests that follow.
+    fn admit(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Answer>>>;
 }
 
 #[derive(Clone, Debug)]
@@ -168,11 +177,14 @@ async fn read_requests<H: Handler>(
         let slot = match decode_request(body, apis) {
             Ok(mut request) => {
                 request.peer = peer_addr;
+                let (api_key, api_version, correlation_id) =
+                    (request.api_key, request.api_version, request.correlation_id);
+                let answer = handler.clone().admit(request).await;
                 Slot::Pending {
-                    api_key: request.api_key,
-                    api_version: request.api_version,
-                    correlation_id: request.correlation_id,
-                    task: glommio::spawn_local(handler.clone().handle(request)).detach(),
+                    api_key,
+                    api_version,
+                    correlation_id,
+                    task: glommio::spawn_local(answer).detach(),
                 }
             }
             Err(DecodeError::UnsupportedApiVersions {

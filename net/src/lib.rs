@@ -21,7 +21,7 @@ pub mod request;
 pub mod response;
 pub mod versions;
 
-pub use connection::{serve_connection, ConnectionLimits, Handler, Reply};
+pub use connection::{serve_connection, Answer, ConnectionLimits, Handler, Reply};
 pub use out_frame::OutFrame;
 pub use request::{decode_request, DecodeError, Request};
 pub use response::encode_response;

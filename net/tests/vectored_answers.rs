@@ -22,7 +22,7 @@ use net::kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, ResponseKind,
 };
 use net::kafka_protocol::protocol::{Decodable, Encodable};
-use net::{serve_connection, ConnectionLimits, Handler, Reply, Request, SupportedApis};
+use net::{serve_connection, Answer, ConnectionLimits, Handler, Reply, Request, SupportedApis};
 
 const VERSION: i16 = 12;
 const RECORDS_SIZES: [usize; 4] = [1 << 20, 100, 1 << 20, 1 << 20];
@@ -37,7 +37,7 @@ fn records(partition: usize, len: usize) -> Bytes {
 struct BigFetches;
 
 impl Handler for BigFetches {
-    fn handle(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Reply>>> {
+    fn admit(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Answer>>> {
         assert_eq!(request.api_key, ApiKey::Fetch);
         let partitions = RECORDS_SIZES
             .iter()
@@ -51,7 +51,9 @@ impl Handler for BigFetches {
         let response = FetchResponse::default().with_responses(vec![
             FetchableTopicResponse::default().with_partitions(partitions),
         ]);
-        Box::pin(async move { Reply::Respond(Box::new(ResponseKind::Fetch(response))) })
+        let answer: Answer =
+            Box::pin(async move { Reply::Respond(Box::new(ResponseKind::Fetch(response))) });
+        Box::pin(std::future::ready(answer))
     }
 }
 

@@ -1,7 +1,10 @@
-"""Child process of test_crash.py: an acks=all produce loop that writes down
-each acknowledgement as it arrives.
+"""Child process of test_crash.py: a produce loop that writes down each
+acknowledgement as it arrives.
 
-Usage: crash_producer.py BOOTSTRAP TOPIC ACK_FILE SECONDS_MAX FIRST_SEQ
+Usage: crash_producer.py BOOTSTRAP TOPIC ACK_FILE SECONDS_MAX FIRST_SEQ [ACKS [RATE]]
+
+ACKS is the producer's acks setting, "all" (the default) or "1"; RATE caps
+the messages per second (default 20000).
 
 Records are keyed k0..k19 with values "key:seq"; seq counts up per key from
 FIRST_SEQ. Each delivery callback without error appends
@@ -22,15 +25,17 @@ from confluent_kafka import Producer
 KEYS = 20
 # Enough to keep many batches in flight at the kill, few enough that reading
 # the log back stays quick.
-RATE_MAX_PER_S = 20_000
+RATE_DEFAULT_PER_S = 20_000
 
 
 def main():
-    bootstrap, topic, ack_path, seconds_max, first_seq = sys.argv[1:]
+    bootstrap, topic, ack_path, seconds_max, first_seq = sys.argv[1:6]
+    acks = sys.argv[6] if len(sys.argv) > 6 else "all"
+    rate_max_per_s = int(sys.argv[7]) if len(sys.argv) > 7 else RATE_DEFAULT_PER_S
     deadline = time.monotonic() + float(seconds_max)
     prod = Producer({
         "bootstrap.servers": bootstrap,
-        "acks": "all",
+        "acks": acks,
         "partitioner": "murmur2_random",
         "enable.idempotence": False,
         "retries": 0,
@@ -55,7 +60,7 @@ def main():
         started = time.monotonic()
         produced = 0
         while failures == 0 and time.monotonic() < deadline:
-            ahead_s = produced / RATE_MAX_PER_S - (time.monotonic() - started)
+            ahead_s = produced / rate_max_per_s - (time.monotonic() - started)
             if ahead_s > 0:
                 prod.poll(ahead_s)
             for k in range(KEYS):

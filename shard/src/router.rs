@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use thiserror::Error;
 
@@ -20,6 +21,30 @@ pub type Job<S> = Box<dyn FnOnce(Rc<S>) -> Pin<Box<dyn Future<Output = ()>>> + S
 #[derive(Error, Debug, PartialEq, Eq)]
 #[error("shard {0} has stopped")]
 pub struct ShardStopped(pub ShardId);
+
+/// The result of a dispatched job, still to come.
+pub enum Pending<R: 'static> {
+    /// The job runs on this shard; polling this future runs it.
+    Local(Pin<Box<dyn Future<Output = R>>>),
+    /// The job was sent to `owner`, which sends the result back.
+    Remote {
+        owner: ShardId,
+        reply: flume::r#async::RecvFut<'static, R>,
+    },
+}
+
+impl<R: 'static> Future for Pending<R> {
+    type Output = Result<R, ShardStopped>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Pending::Local(work) => work.as_mut().poll(cx).map(Ok),
+            Pending::Remote { owner, reply } => Pin::new(reply)
+                .poll(cx)
+                .map(|result| result.map_err(|_| ShardStopped(*owner))),
+        }
+    }
+}
 
 /// Routes jobs from one shard to any shard, itself included.
 pub struct Router<S: 'static> {
@@ -52,21 +77,47 @@ impl<S: 'static> Router<S> {
         Fut: Future<Output = R> + 'static,
         R: Send + 'static,
     {
+        self.dispatch(local, owner, job).await?.await
+    }
+
+    /// Hands `job` to `owner` and returns the future of its result, without waiting for it.
+    ///
+    /// Order: `job` itself (the closure, not the future it returns) is called on the owner
+    /// in the order of the `dispatch` calls of one task: here at once when `owner` is this
+    /// shard, otherwise by [`Router::serve`] in inbox order, before anything else runs. So a
+    /// job that takes its place in a queue synchronously when called (see
+    /// [`crate::Turns`]) keeps the order its sender dispatched it in, however long the owner's
+    /// inbox makes the sender wait. Waits only while the owner's inbox is full.
+    pub async fn dispatch<F, Fut, R>(
+        &self,
+        local: &Rc<S>,
+        owner: ShardId,
+        job: F,
+    ) -> Result<Pending<R>, ShardStopped>
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
         if owner == self.endpoint.id() {
-            return Ok(job(local.clone()).await);
+            return Ok(Pending::Local(Box::pin(job(local.clone()))));
         }
         let (reply_tx, reply_rx) = flume::bounded(1);
         let boxed: Job<S> = Box::new(move |state| {
+            let work = job(state);
             Box::pin(async move {
                 // The caller may have given up (its connection closed); nothing to do then.
-                let _ = reply_tx.send(job(state).await);
+                let _ = reply_tx.send(work.await);
             })
         });
         self.endpoint
             .send(owner, boxed)
             .await
             .map_err(|_| ShardStopped(owner))?;
-        reply_rx.recv_async().await.map_err(|_| ShardStopped(owner))
+        Ok(Pending::Remote {
+            owner,
+            reply: reply_rx.into_recv_async(),
+        })
     }
 
     /// Runs `job` on `owner` without waiting for it to finish (a connection handed to the
@@ -92,11 +143,13 @@ impl<S: 'static> Router<S> {
             .map_err(|_| ShardStopped(owner))
     }
 
-    /// Serves jobs sent to this shard until every sender is gone;
-    /// each job runs as its own task so a slow one never blocks the inbox.
+    /// Serves jobs sent to this shard until every sender is gone. Each job is called here,
+    /// in inbox order, and the future it returns runs as its own task, so a slow one never
+    /// blocks the inbox.
     pub async fn serve(&self, state: Rc<S>) {
         while let Some(job) = self.endpoint.recv().await {
-            glommio::spawn_local(job(state.clone())).detach();
+            let work = job(state.clone());
+            glommio::spawn_local(work).detach();
         }
     }
 
@@ -114,6 +167,33 @@ mod tests {
     use std::cell::Cell;
     use std::sync::Mutex;
 
+    /// Runs `shard_main(id, router)` on `shard_count` shards whose inboxes hold
+    /// `inbox_capacity` jobs, and returns their results by shard.
+    fn run_routers<S, G, F, T>(shard_count: usize, inbox_capacity: usize, shard_main: G) -> Vec<T>
+    where
+        S: 'static,
+        G: Fn(ShardId, Rc<Router<S>>) -> F + Send + Clone + 'static,
+        F: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let endpoints = Mesh::endpoints::<Job<S>>(shard_count, inbox_capacity);
+        let endpoints = Mutex::new(endpoints.into_iter().map(Some).collect::<Vec<_>>());
+        let endpoints = std::sync::Arc::new(endpoints);
+        let config = ShardsConfig {
+            shard_count,
+            io_memory_bytes: 1 << 16,
+            ring_depth: 32,
+        };
+        run_shards(&config, move |id| {
+            // Taking this shard's endpoint once at start-up; the lock is never on a data path.
+            let endpoint = endpoints.lock().expect("not poisoned")[id]
+                .take()
+                .expect("once");
+            shard_main(id, Rc::new(Router::new(endpoint)))
+        })
+        .expect("run")
+    }
+
     struct Counter {
         id: ShardId,
         hits: Cell<u32>,
@@ -122,21 +202,8 @@ mod tests {
     #[test]
     fn calls_reach_the_owner_and_local_calls_run_in_place() {
         let shard_count = online_cpus().len().min(2);
-        let endpoints = Mesh::endpoints::<Job<Counter>>(shard_count, 8);
-        let endpoints = Mutex::new(endpoints.into_iter().map(Some).collect::<Vec<_>>());
-        let endpoints = std::sync::Arc::new(endpoints);
-        let config = ShardsConfig {
-            shard_count,
-            io_memory_bytes: 1 << 16,
-            ring_depth: 32,
-        };
-        let results = run_shards(&config, move |id| {
-            // Taking this shard's endpoint once at start-up; the lock is never on a data path.
-            let endpoint = endpoints.lock().expect("not poisoned")[id]
-                .take()
-                .expect("once");
+        let results = run_routers::<Counter, _, _, _>(shard_count, 8, move |id, router| {
             async move {
-                let router = Rc::new(Router::new(endpoint));
                 let state = Rc::new(Counter {
                     id,
                     hits: Cell::new(0),
@@ -164,10 +231,59 @@ mod tests {
                 server.cancel();
                 seen
             }
-        })
-        .expect("run");
+        });
         for seen in results {
             assert_eq!(seen, (0..shard_count).collect::<Vec<_>>());
         }
+    }
+
+    /// Jobs are called on the owner in the order one task dispatched them, however long a
+    /// full inbox makes it wait, and even when their futures finish in another order.
+    #[test]
+    fn dispatched_jobs_are_called_in_dispatch_order_through_a_full_inbox() {
+        if online_cpus().len() < 2 {
+            return; // needs a second shard on its own CPU
+        }
+        const JOBS: u32 = 200;
+        struct Calls {
+            order: std::cell::RefCell<Vec<u32>>,
+        }
+        let results = run_routers::<Calls, _, _, _>(2, 1, move |id, router| {
+            async move {
+                let state = Rc::new(Calls {
+                    order: std::cell::RefCell::new(Vec::new()),
+                });
+                if id == 1 {
+                    // The owner: slow to drain its one-message inbox at first.
+                    glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+                    let server = glommio::spawn_local({
+                        let (router, state) = (router.clone(), state.clone());
+                        async move { router.serve(state).await }
+                    })
+                    .detach();
+                    while state.order.borrow().len() < JOBS as usize {
+                        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                    server.cancel();
+                    return state.order.borrow().clone();
+                }
+                let mut pending = Vec::new();
+                for number in 0..JOBS {
+                    let job = move |owner: Rc<Calls>| {
+                        owner.order.borrow_mut().push(number);
+                        // Later jobs finish first: only the calls must keep their order.
+                        glommio::timer::sleep(std::time::Duration::from_micros(
+                            u64::from(JOBS - number) * 10,
+                        ))
+                    };
+                    pending.push(router.dispatch(&state, 1, job).await.expect("alive"));
+                }
+                for reply in pending {
+                    reply.await.expect("answered");
+                }
+                Vec::new()
+            }
+        });
+        assert_eq!(results[1], (0..JOBS).collect::<Vec<_>>());
     }
 }

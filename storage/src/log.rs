@@ -205,6 +205,9 @@ pub struct DiskWrites {
     pub bytes: u64,
     /// The most data writes that were in flight at once.
     pub most_in_flight: usize,
+    /// fdatasync calls of `Log::sync` that completed (each round's are shared by every waiter
+    /// it covers).
+    pub fdatasyncs: u64,
 }
 
 impl Inner {
@@ -263,6 +266,13 @@ struct State {
     segments: Vec<Segment>,
     log_start_offset: i64,
     log_end_offset: i64,
+    /// Every batch below this offset has had its write completed (O_DIRECT write done in
+    /// direct mode, copied into the page cache in buffered mode): what a crash of the
+    /// process cannot take back. `written_end_offset <= log_end_offset`.
+    written_end_offset: i64,
+    /// Every batch below this offset was written before an fdatasync that completed began:
+    /// what a crash of the machine cannot take back. `synced_end_offset <= written_end_offset`.
+    synced_end_offset: i64,
     queue: VecDeque<WriteOp>,
     ops_enqueued: u64,
     ops_done: u64,
@@ -336,6 +346,9 @@ struct Chunk {
     buf: ChunkBuf,
     /// Its write completed; it leaves the queue once every op before it has.
     written: bool,
+    /// The offset after the last batch whose last byte is in this chunk, or -1 if no batch
+    /// ends here: once the chunk is retired, every batch below it is written.
+    batches_end_offset: i64,
 }
 
 enum ChunkBuf {
@@ -590,6 +603,7 @@ impl State {
                     op_seq: self.next_op_seq(),
                     buf: ChunkBuf::Heap(Vec::with_capacity(capacity_bytes)),
                     written: false,
+                    batches_end_offset: -1,
                 }
             }
             IoMode::Direct => {
@@ -620,6 +634,7 @@ impl State {
                     op_seq: self.next_op_seq(),
                     buf: ChunkBuf::Dma(buf),
                     written: false,
+                    batches_end_offset: -1,
                 }
             }
         }
@@ -740,6 +755,9 @@ impl State {
     /// A written chunk leaves the queue: its bytes are now the segment's on disk.
     fn retire(&mut self, chunk: Chunk) {
         self.ops_done = chunk.op_seq;
+        if chunk.batches_end_offset >= 0 {
+            self.written_end_offset = chunk.batches_end_offset;
+        }
         self.pending_bytes -= chunk.len - chunk.head_bytes;
         let end = chunk.position + chunk.len as u64;
         let more_queued = self.queue.iter().any(
@@ -1362,6 +1380,10 @@ impl Log {
             segments,
             log_start_offset,
             log_end_offset,
+            written_end_offset: log_end_offset,
+            // Recovery keeps only what the file holds; whether the disk holds it is unknown,
+            // but nothing of it is in a cache this process could lose.
+            synced_end_offset: log_end_offset,
             queue: VecDeque::new(),
             ops_enqueued: 0,
             ops_done: 0,
@@ -1497,6 +1519,10 @@ impl Log {
             }
             info.last_offset = header.last_offset();
             next_offset = header.last_offset() + 1;
+            let Some(WriteOp::Data(tail)) = state.queue.back_mut() else {
+                unreachable!("the batch's bytes were just queued")
+            };
+            tail.batches_end_offset = next_offset;
         }
         state.log_end_offset = next_offset;
         drop(state);
@@ -1507,7 +1533,19 @@ impl Log {
     /// Whole batches starting with the one that contains `offset`, up to `max_bytes` but at
     /// least one whole batch if any exists at or after `offset` (KIP-74).
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
-        let result = self.read_batches(offset, max_bytes).await;
+        self.read_below(offset, max_bytes, i64::MAX).await
+    }
+
+    /// As [`Log::read`], but only batches that end below `end_offset` (a consumer's view:
+    /// the high watermark). An `offset` in `[end_offset, log end]` finds no records and is
+    /// no error.
+    pub async fn read_below(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        end_offset: i64,
+    ) -> Result<ReadResult, ReadError> {
+        let result = self.read_batches(offset, max_bytes, end_offset).await;
         if let Err(ReadError::Storage(StorageError::Closed { .. })) = result {
             // Retention deleted the segment while the read was under way.
             let state = self.inner.state.borrow();
@@ -1522,7 +1560,12 @@ impl Log {
         result
     }
 
-    async fn read_batches(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
+    async fn read_batches(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        end_offset: i64,
+    ) -> Result<ReadResult, ReadError> {
         let inner = &*self.inner;
         let max_bytes = max_bytes.min(READ_BYTES_MAX);
         let (log_start_offset, log_end_offset, mut segment_base_offset, mut position) = {
@@ -1548,7 +1591,7 @@ impl Log {
             log_start_offset,
             log_end_offset,
         };
-        if offset == log_end_offset {
+        if offset >= log_end_offset.min(end_offset) {
             return Ok(empty);
         }
         let window_bytes = max_bytes.saturating_add(inner.config.index_interval_bytes as usize * 2);
@@ -1561,6 +1604,7 @@ impl Log {
                 Some(header) if header.last_offset() < offset => {
                     position += header.total_bytes() as u64;
                 }
+                Some(header) if header.last_offset() >= end_offset => return Ok(empty),
                 Some(header) => break header,
                 None => match inner.next_segment_base(segment_base_offset) {
                     Some(next) => {
@@ -1579,7 +1623,10 @@ impl Log {
         // another window-sized read, and then a third to cover the answer.
         while total_bytes < max_bytes {
             match reader.whole_batch_in_window(inner, segment_base_offset, position)? {
-                Some(header) if total_bytes + header.total_bytes() <= max_bytes => {
+                Some(header)
+                    if total_bytes + header.total_bytes() <= max_bytes
+                        && header.last_offset() < end_offset =>
+                {
                     total_bytes += header.total_bytes();
                     position += header.total_bytes() as u64;
                     next_offset = header.last_offset() + 1;
@@ -1696,6 +1743,44 @@ impl Log {
 
     pub fn log_end_offset(&self) -> i64 {
         self.inner.state.borrow().log_end_offset
+    }
+
+    /// The offset below which every batch's write has completed: what a crash of the process
+    /// cannot take back (the high watermark of a single node).
+    pub fn written_end_offset(&self) -> i64 {
+        self.inner.state.borrow().written_end_offset
+    }
+
+    /// The offset below which every batch was written before a completed fdatasync began.
+    pub fn synced_end_offset(&self) -> i64 {
+        self.inner.state.borrow().synced_end_offset
+    }
+
+    /// Waits until every batch below `end_offset` is written (see
+    /// [`Log::written_end_offset`]); the acks=1 barrier. Errs if the log failed or stopped
+    /// before that.
+    pub async fn wait_written(&self, end_offset: i64) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        inner
+            .signals
+            .progress
+            .wait_until(|| {
+                let state = inner.state.borrow();
+                state.written_end_offset >= end_offset
+                    || state.failed.is_some()
+                    || inner.signals.shutdown.get()
+            })
+            .await;
+        let state = inner.state.borrow();
+        if state.written_end_offset >= end_offset {
+            return Ok(());
+        }
+        match &state.failed {
+            Some(reason) => Err(inner.failed_error(reason)),
+            None => Err(StorageError::Closed {
+                path: inner.dir.clone(),
+            }),
+        }
     }
 
     /// Bytes of all segments, including appended bytes not yet written.
@@ -1828,10 +1913,11 @@ impl Log {
                     None
                 } else {
                     state.sync_in_flight = true;
-                    Some((state.ops_done, std::mem::take(&mut state.dirty_files)))
+                    let covered = (state.ops_done, state.written_end_offset);
+                    Some((covered, std::mem::take(&mut state.dirty_files)))
                 }
             };
-            let Some((covered, files)) = files else {
+            let Some(((covered, covered_end_offset), files)) = files else {
                 inner
                     .signals
                     .progress
@@ -1862,11 +1948,19 @@ impl Log {
                 }
             }
             in_flight.finished = true;
+            let fdatasyncs = in_flight.files.len() as u64;
             match result {
                 Ok(()) => {
                     let mut state = inner.state.borrow_mut();
                     state.sync_in_flight = false;
                     state.ops_synced = state.ops_synced.max(covered);
+                    state.synced_end_offset = state.synced_end_offset.max(covered_end_offset);
+                    drop(state);
+                    let writes = inner.disk_writes.get();
+                    inner.disk_writes.set(DiskWrites {
+                        fdatasyncs: writes.fdatasyncs + fdatasyncs,
+                        ..writes
+                    });
                 }
                 // Never retried: the kernel may have dropped the dirty pages (fsyncgate).
                 Err(error) => {

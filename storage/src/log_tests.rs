@@ -1326,3 +1326,66 @@ fn read_ahead_uses_at_most_half_the_cache() {
         assert!(log.inner.cache.read_ahead_size_bytes() <= 512 << 10);
     });
 }
+
+/// Group commit keeps its promise: waiters whose batches are written before a sync starts
+/// share its fdatasync, and a batch appended while a sync is in flight is answered only by a
+/// later one, which starts after the batch's write completed.
+#[test]
+fn group_commit_shares_fdatasyncs_and_never_answers_with_one_begun_before_the_write() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            // Sixteen waiters at once: one round (or two, if the writer split them) covers all.
+            let mut waiters = Vec::new();
+            for _ in 0..16 {
+                let log = log.clone();
+                waiters.push(glommio::spawn_local(async move {
+                    let info = log.append(&batch(1, 1_000), 0, 0).expect("append");
+                    log.sync().await.expect("sync");
+                    assert!(log.synced_end_offset() > info.last_offset);
+                }));
+            }
+            for waiter in waiters {
+                waiter.await;
+            }
+            let shared = log.disk_writes().fdatasyncs;
+            assert!(
+                (1..=2).contains(&shared),
+                "{shared} fdatasyncs for 16 waiters"
+            );
+
+            // A batch appended while a sync is in flight: that sync must not answer it.
+            let mut overlapped = 0;
+            for _ in 0..40 {
+                let first = {
+                    let log = log.clone();
+                    glommio::spawn_local(async move {
+                        log.append(&batch(1, 1_000), 0, 0).expect("append");
+                        log.sync().await.expect("sync");
+                    })
+                };
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                while !log.inner.state.borrow().sync_in_flight
+                    && std::time::Instant::now() < deadline
+                {
+                    glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
+                }
+                let during_sync = log.inner.state.borrow().sync_in_flight;
+                let info = log.append(&batch(1, 1_000), 0, 0).expect("append");
+                log.sync().await.expect("sync");
+                assert!(
+                    log.synced_end_offset() > info.last_offset,
+                    "answered by a sync that began before offset {} was written",
+                    info.last_offset
+                );
+                overlapped += usize::from(during_sync);
+                first.await;
+            }
+            assert!(
+                overlapped > 0,
+                "no append landed during a sync: nothing was tested"
+            );
+        });
+    }
+}

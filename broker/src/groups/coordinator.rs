@@ -12,6 +12,8 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,7 @@ use crate::errors::{code, NONE};
 use crate::partition::Partition;
 use crate::request::now_ms;
 use crate::shard_state::Shard;
+use shard::Turns;
 
 /// Bytes read per step when replaying an offsets partition.
 const LOAD_READ_BYTES: usize = 1 << 20;
@@ -75,6 +78,8 @@ pub struct GroupCoordinator {
     offsets: RefCell<HashMap<String, GroupOffsets>>,
     /// Offsets partitions of this shard whose records were replayed.
     loaded: RefCell<HashSet<i32>>,
+    /// Per offsets partition: commits become visible in the order they were queued.
+    commit_turns: RefCell<HashMap<i32, Rc<Turns>>>,
 }
 
 impl GroupCoordinator {
@@ -84,6 +89,7 @@ impl GroupCoordinator {
             groups: RefCell::new(HashMap::new()),
             offsets: RefCell::new(HashMap::new()),
             loaded: RefCell::new(HashSet::new()),
+            commit_turns: RefCell::new(HashMap::new()),
         }
     }
 
@@ -228,46 +234,40 @@ impl GroupCoordinator {
 
     /// Appends `records` to the group's offsets partition and waits until they are durable.
     async fn write(
-        partition: &Partition,
+        partition: &Rc<Partition>,
         records: Vec<(RecordKey, Option<RecordValue>)>,
     ) -> Result<(), i16> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let timestamp = now_ms();
-        let records: Vec<Record> = records
-            .into_iter()
-            .enumerate()
-            .map(|(index, (key, value))| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: index as i64,
-                sequence: -1,
-                timestamp,
-                key: Some(encode_key(&key)),
-                value: value.as_ref().map(encode_value),
-                headers: Default::default(),
-                delete_horizon: false,
-            })
-            .collect();
-        let mut batch = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
+        Self::queue_write(partition, records).await
+    }
+
+    /// Queues the append of `records` on the offsets partition now (appends are applied in
+    /// the order this is called) and returns the future that waits until they are durable.
+    fn queue_write(
+        partition: &Rc<Partition>,
+        records: Vec<(RecordKey, Option<RecordValue>)>,
+    ) -> impl Future<Output = Result<(), i16>> + 'static {
+        let queued = if records.is_empty() {
+            None
+        } else {
+            let timestamp = now_ms();
+            Some(encode_batch(records, timestamp).map(|batch| {
+                let append = partition.queue_append(batch, timestamp);
+                (partition.clone(), append)
+            }))
         };
-        RecordBatchEncoder::encode(&mut batch, &records, &options)
-            .map_err(|_| code(ResponseError::UnknownServerError))?;
-        let outcome = partition.append(&batch, timestamp).await;
-        if outcome.error_code != NONE {
-            return Err(outcome.error_code);
-        }
-        match partition.sync().await {
-            NONE => Ok(()),
-            error_code => Err(error_code),
+        async move {
+            let Some(queued) = queued else {
+                return Ok(());
+            };
+            let (partition, append) = queued?;
+            let outcome = append.await;
+            if outcome.error_code != NONE {
+                return Err(outcome.error_code);
+            }
+            match partition.sync().await {
+                NONE => Ok(()),
+                error_code => Err(error_code),
+            }
         }
     }
 
@@ -401,23 +401,33 @@ impl GroupCoordinator {
         (NONE, codes)
     }
 
-    /// OffsetCommit: one error code per part, in order.
-    pub async fn commit(
-        &self,
-        shard: &Shard,
-        group_id: &str,
-        member_id: &str,
-        instance_id: Option<&str>,
+    /// OffsetCommit: one error code per part, in order. Called, it checks the commit and
+    /// queues its records on the offsets partition at once; the returned future waits until
+    /// they are durable and then makes them visible. Both happen in the order of the calls,
+    /// so a member's commits, admitted in the order it sent them, never go backwards.
+    pub fn commit(
+        shard: &Rc<Shard>,
+        group_id: String,
+        member: (String, Option<String>),
         generation: i32,
         parts: Vec<CommitPart>,
-    ) -> Vec<i16> {
-        let partition = match self.check_serving(shard, group_id) {
+    ) -> impl Future<Output = Vec<i16>> + 'static {
+        let coordinator = &shard.groups;
+        let (member_id, instance_id) = member;
+        let checked = coordinator
+            .check_serving(shard, &group_id)
+            .and_then(|partition| {
+                coordinator
+                    .check_commit(&group_id, &member_id, instance_id.as_deref(), generation)
+                    .map(|()| partition)
+            });
+        let partition = match checked {
             Ok(partition) => partition,
-            Err(error_code) => return vec![error_code; parts.len()],
+            Err(error_code) => {
+                let codes = vec![error_code; parts.len()];
+                return Box::pin(async move { codes }) as Pin<Box<dyn Future<Output = _>>>;
+            }
         };
-        if let Err(error_code) = self.check_commit(group_id, member_id, instance_id, generation) {
-            return vec![error_code; parts.len()];
-        }
         let image = shard.image();
         let now = now_ms();
         let mut codes = Vec::with_capacity(parts.len());
@@ -430,11 +440,11 @@ impl GroupCoordinator {
             let metadata = part.metadata.unwrap_or_default();
             let error_code = if !exists {
                 code(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > self.config.offset_metadata_bytes_max {
+            } else if metadata.len() > coordinator.config.offset_metadata_bytes_max {
                 code(ResponseError::OffsetMetadataTooLarge)
             } else {
                 let key = RecordKey::Offset {
-                    group: group_id.to_string(),
+                    group: group_id.clone(),
                     topic: part.topic.clone(),
                     partition: part.partition,
                 };
@@ -450,21 +460,34 @@ impl GroupCoordinator {
             };
             codes.push(error_code);
         }
-        match Self::write(&partition, records).await {
-            Ok(()) => {
-                let mut offsets = self.offsets.borrow_mut();
-                let committed = offsets.entry(group_id.to_string()).or_default();
-                for (_, topic, partition, value) in accepted {
-                    committed.insert((topic, partition), value);
+        let turn = coordinator
+            .commit_turns
+            .borrow_mut()
+            .entry(partition.index)
+            .or_default()
+            .take();
+        let written = Self::queue_write(&partition, records);
+        let shard = shard.clone();
+        Box::pin(async move {
+            let result = written.await;
+            turn.wait().await;
+            match result {
+                Ok(()) => {
+                    let mut offsets = shard.groups.offsets.borrow_mut();
+                    let committed = offsets.entry(group_id).or_default();
+                    for (_, topic, partition, value) in accepted {
+                        committed.insert((topic, partition), value);
+                    }
+                }
+                Err(error_code) => {
+                    for (index, ..) in accepted {
+                        codes[index] = error_code;
+                    }
                 }
             }
-            Err(error_code) => {
-                for (index, ..) in accepted {
-                    codes[index] = error_code;
-                }
-            }
-        }
-        codes
+            drop(turn);
+            codes
+        })
     }
 
     /// Kafka's rules for who may commit: anyone to an empty or unknown group with
@@ -755,6 +778,40 @@ impl GroupCoordinator {
 
 /// Whether any member of `group` subscribes to `topic` (consumer protocol subscriptions:
 /// version i16, then an array of topic names).
+/// One uncompressed v2 batch of offsets records, stamped `timestamp`.
+fn encode_batch(
+    records: Vec<(RecordKey, Option<RecordValue>)>,
+    timestamp: i64,
+) -> Result<Bytes, i16> {
+    let records: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(index, (key, value))| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: index as i64,
+            sequence: -1,
+            timestamp,
+            key: Some(encode_key(&key)),
+            value: value.as_ref().map(encode_value),
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut batch, &records, &options)
+        .map_err(|_| code(ResponseError::UnknownServerError))?;
+    Ok(batch.freeze())
+}
+
 fn subscribes_to(group: &Group, topic: &str) -> bool {
     use kafka_protocol::messages::ConsumerProtocolSubscription;
     use kafka_protocol::protocol::Decodable;

@@ -7,9 +7,11 @@
 //!                  └── first owner that sees ◀──┘ wait on every owner at once
 //!                      new data (or deadline)
 //! ```
-//! A waiting fetch is answered the moment an append makes its partitions grow: owners wait
-//! on their partitions' `appended` signals, and the first owner to see data ends the wait
-//! for all. Fetch sessions (KIP-227) are declined: the node answers session id 0, so clients
+//! Consumers see only what is below each partition's high watermark: what a crash of the
+//! process cannot take back. A fetch at an offset between the high watermark and the log end
+//! finds no records and no error, as in Kafka. A waiting fetch is answered the moment a
+//! high watermark passes its offset: owners wait on their partitions'
+//! `high_watermark_moved` signals, and the first owner to see data ends the wait for all. Fetch sessions (KIP-227) are declined: the node answers session id 0, so clients
 //! keep sending full fetch requests; an incremental request for a session we never created
 //! gets FETCH_SESSION_ID_NOT_FOUND.
 
@@ -232,7 +234,6 @@ async fn read_part(
         }
     } else {
         partition
-            .log
             .read(part.offset, cap_bytes)
             .await
             .map(|read| Some(read.records))
@@ -272,7 +273,7 @@ async fn wait_for_data(shard: &Rc<Shard>, parts_by_owner: &[Vec<Part>], deadline
     futures_lite::future::or(woken.changed_since(before), timer).await;
 }
 
-/// Runs on the owning shard: waits until a part's partition has data at its offset,
+/// Runs on the owning shard: waits until a part's partition has visible data at its offset,
 /// the deadline passes, or the shard stops.
 async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
     let partitions: Vec<_> = parts
@@ -286,12 +287,12 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
     let stopping = shard.stopping.generation();
     let generations: Vec<u64> = partitions
         .iter()
-        .map(|(p, _)| p.appended.generation())
+        .map(|(p, _)| p.high_watermark_moved.generation())
         .collect();
     // Checked after reading the generations, so an append in between is never missed.
     if partitions
         .iter()
-        .any(|(p, offset)| p.log.log_end_offset() > *offset)
+        .any(|(p, offset)| p.high_watermark() > *offset)
         || shard.is_stopped()
     {
         return;
@@ -299,7 +300,9 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
     let mut changes: Vec<_> = partitions
         .iter()
         .zip(&generations)
-        .map(|((partition, _), generation)| partition.appended.changed_since(*generation))
+        .map(|((partition, _), generation)| {
+            partition.high_watermark_moved.changed_since(*generation)
+        })
         .collect();
     let mut stop = shard.stopping.changed_since(stopping);
     let any_change = futures_lite::future::poll_fn(|cx| {

@@ -19,15 +19,31 @@ where
     Fut: Future<Output = R> + 'static,
     R: Send + 'static,
 {
+    dispatch_on_coordinator(shard, group_id, job).await?.await
+}
+
+/// Hands `job` to the coordinator shard of `group_id` and returns the future of its result
+/// (see [`shard::Router::dispatch`] for the order this keeps).
+pub async fn dispatch_on_coordinator<F, Fut, R>(
+    shard: &Rc<Shard>,
+    group_id: &str,
+    job: F,
+) -> Result<impl Future<Output = Result<R, i16>>, i16>
+where
+    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+    Fut: Future<Output = R> + 'static,
+    R: Send + 'static,
+{
     let unavailable = code(ResponseError::CoordinatorNotAvailable);
     let Some((_, owner)) = GroupCoordinator::locate(shard, group_id) else {
         return Err(unavailable);
     };
-    shard
+    let pending = shard
         .router
-        .call(shard, owner, job)
+        .dispatch(shard, owner, job)
         .await
-        .map_err(|_| unavailable)
+        .map_err(|_| unavailable)?;
+    Ok(async move { pending.await.map_err(|_| unavailable) })
 }
 
 /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) on first use,

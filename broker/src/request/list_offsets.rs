@@ -75,8 +75,11 @@ async fn offset_on_owner(
         LATEST => answer.with_offset(partition.high_watermark()),
         EARLIEST => answer.with_offset(partition.log.log_start_offset()),
         0.. => match partition.log.offset_for_timestamp(timestamp).await {
-            Ok(Some((offset, found))) => answer.with_offset(offset).with_timestamp(found),
-            Ok(None) => answer.with_offset(-1),
+            // Only what consumers may read counts, as in Kafka.
+            Ok(Some((offset, found))) if offset < partition.high_watermark() => {
+                answer.with_offset(offset).with_timestamp(found)
+            }
+            Ok(_) => answer.with_offset(-1),
             Err(error) => answer
                 .with_error_code(errors::storage_error(&error))
                 .with_offset(-1),

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
-use net::{Handler, Reply, Request, SupportedApis};
+use net::{Answer, Handler, Reply, Request, SupportedApis};
 
 use crate::shard_state::Shard;
 
@@ -61,77 +61,76 @@ pub fn supported_apis() -> SupportedApis {
 }
 
 impl Handler for Shard {
-    fn handle(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Reply>>> {
+    /// Requests that change state in an order the client relies on are admitted by their
+    /// handler (see each one's doc); every other request is admitted at once.
+    // Admission resolves to the answer's future by design: see `net::Handler::admit`.
+    #[allow(clippy::async_yields_async)]
+    fn admit(self: Rc<Self>, request: Request) -> Pin<Box<dyn Future<Output = Answer>>> {
         Box::pin(async move {
             let version = request.api_version;
-            let respond = |body: ResponseKind| Reply::Respond(Box::new(body));
             match request.body {
-                RequestKind::Produce(body) => return produce::handle(&self, body, version).await,
-                RequestKind::Fetch(body) => respond(fetch::handle(&self, body, version).await),
-                RequestKind::ListOffsets(body) => {
-                    respond(list_offsets::handle(&self, body, version).await)
-                }
-                RequestKind::Metadata(body) => {
-                    respond(metadata::handle(&self, body, version).await)
-                }
-                RequestKind::ApiVersions(_) => respond(api_versions::handle(&self)),
-                RequestKind::CreateTopics(body) => {
-                    respond(create_topics::handle(&self, body, version).await)
-                }
-                RequestKind::DeleteTopics(body) => {
-                    respond(delete_topics::handle(&self, body, version).await)
-                }
-                RequestKind::DescribeConfigs(body) => {
-                    respond(describe_configs::handle(&self, body))
-                }
-                RequestKind::CreatePartitions(body) => {
-                    respond(create_partitions::handle(&self, body).await)
-                }
-                RequestKind::DescribeCluster(_) => respond(describe_cluster::handle(&self)),
-                RequestKind::FindCoordinator(body) => {
-                    respond(find_coordinator::handle(&self, body, version).await)
-                }
-                RequestKind::JoinGroup(body) => {
-                    let client_id = request.client_id.as_deref().unwrap_or_default().to_string();
-                    let client_host = request
-                        .peer
-                        .map(|peer| format!("/{}", peer.ip()))
-                        .unwrap_or_default();
-                    respond(join_group::handle(&self, body, version, client_id, client_host).await)
-                }
-                RequestKind::SyncGroup(body) => {
-                    respond(sync_group::handle(&self, body, version).await)
-                }
-                RequestKind::Heartbeat(body) => respond(heartbeat::handle(&self, body).await),
-                RequestKind::LeaveGroup(body) => {
-                    respond(leave_group::handle(&self, body, version).await)
-                }
-                RequestKind::OffsetCommit(body) => {
-                    respond(offset_commit::handle(&self, body).await)
-                }
-                RequestKind::OffsetFetch(body) => {
-                    respond(offset_fetch::handle(&self, body, version).await)
-                }
-                RequestKind::ListGroups(body) => {
-                    respond(list_groups::handle(&self, body, version).await)
-                }
-                RequestKind::DescribeGroups(body) => {
-                    respond(describe_groups::handle(&self, body, version).await)
-                }
-                RequestKind::DeleteGroups(body) => {
-                    respond(delete_groups::handle(&self, body).await)
-                }
-                RequestKind::OffsetDelete(body) => {
-                    respond(offset_delete::handle(&self, body).await)
-                }
-                other => {
-                    // `net` admits only announced APIs, so this is a programmer error;
-                    // close the connection rather than answer wrongly.
-                    tracing::error!(request = ?std::mem::discriminant(&other), "no handler");
-                    Reply::Close
+                RequestKind::Produce(body) => produce::admit(&self, body, version).await,
+                RequestKind::OffsetCommit(body) => offset_commit::admit(&self, body).await,
+                body => {
+                    let request = Request { body, ..request };
+                    Box::pin(answer(self, request)) as Answer
                 }
             }
         })
+    }
+}
+
+/// Answers a request that needs no ordered admission.
+async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
+    let version = request.api_version;
+    let respond = |body: ResponseKind| Reply::Respond(Box::new(body));
+    match request.body {
+        RequestKind::Fetch(body) => respond(fetch::handle(&shard, body, version).await),
+        RequestKind::ListOffsets(body) => {
+            respond(list_offsets::handle(&shard, body, version).await)
+        }
+        RequestKind::Metadata(body) => respond(metadata::handle(&shard, body, version).await),
+        RequestKind::ApiVersions(_) => respond(api_versions::handle(&shard)),
+        RequestKind::CreateTopics(body) => {
+            respond(create_topics::handle(&shard, body, version).await)
+        }
+        RequestKind::DeleteTopics(body) => {
+            respond(delete_topics::handle(&shard, body, version).await)
+        }
+        RequestKind::DescribeConfigs(body) => respond(describe_configs::handle(&shard, body)),
+        RequestKind::CreatePartitions(body) => {
+            respond(create_partitions::handle(&shard, body).await)
+        }
+        RequestKind::DescribeCluster(_) => respond(describe_cluster::handle(&shard)),
+        RequestKind::FindCoordinator(body) => {
+            respond(find_coordinator::handle(&shard, body, version).await)
+        }
+        RequestKind::JoinGroup(body) => {
+            let client_id = request.client_id.as_deref().unwrap_or_default().to_string();
+            let client_host = request
+                .peer
+                .map(|peer| format!("/{}", peer.ip()))
+                .unwrap_or_default();
+            respond(join_group::handle(&shard, body, version, client_id, client_host).await)
+        }
+        RequestKind::SyncGroup(body) => respond(sync_group::handle(&shard, body, version).await),
+        RequestKind::Heartbeat(body) => respond(heartbeat::handle(&shard, body).await),
+        RequestKind::LeaveGroup(body) => respond(leave_group::handle(&shard, body, version).await),
+        RequestKind::OffsetFetch(body) => {
+            respond(offset_fetch::handle(&shard, body, version).await)
+        }
+        RequestKind::ListGroups(body) => respond(list_groups::handle(&shard, body, version).await),
+        RequestKind::DescribeGroups(body) => {
+            respond(describe_groups::handle(&shard, body, version).await)
+        }
+        RequestKind::DeleteGroups(body) => respond(delete_groups::handle(&shard, body).await),
+        RequestKind::OffsetDelete(body) => respond(offset_delete::handle(&shard, body).await),
+        other => {
+            // `net` admits only announced APIs, so this is a programmer error;
+            // close the connection rather than answer wrongly.
+            tracing::error!(request = ?std::mem::discriminant(&other), "no handler");
+            Reply::Close
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! OffsetCommit: offsets are made durable in `__consumer_offsets` on the coordinator shard
-//! before the answer; one error code per partition, in request order.
+//! before the answer; one error code per partition, in request order. Admitted in order: a
+//! connection's commits reach the coordinator, and become visible, in the order it sent them.
 
 use std::rc::Rc;
 
@@ -8,11 +9,13 @@ use kafka_protocol::messages::offset_commit_response::{
 };
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, ResponseKind};
 
-use super::group_route::{ensure_offsets_topic, on_coordinator, string};
-use crate::groups::coordinator::CommitPart;
+use net::{Answer, Reply};
+
+use super::group_route::{dispatch_on_coordinator, ensure_offsets_topic, string};
+use crate::groups::coordinator::{CommitPart, GroupCoordinator};
 use crate::shard_state::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> ResponseKind {
+pub async fn admit(shard: &Rc<Shard>, request: OffsetCommitRequest) -> Answer {
     let group_id = string(&request.group_id.0);
     let member_id = string(&request.member_id);
     let instance_id = request.group_instance_id.as_ref().map(string);
@@ -32,18 +35,27 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> Response
         .collect();
     let count = parts.len();
     let group = group_id.clone();
-    let codes = match ensure_offsets_topic(shard).await {
-        Err(error_code) => vec![error_code; count],
-        Ok(()) => on_coordinator(shard, &group_id, move |owner: Rc<Shard>| async move {
-            let instance = instance_id.as_deref();
-            owner
-                .groups
-                .commit(&owner, &group, &member_id, instance, generation, parts)
-                .await
-        })
-        .await
-        .unwrap_or_else(|error_code| vec![error_code; count]),
+    let dispatched = match ensure_offsets_topic(shard).await {
+        Err(error_code) => Err(error_code),
+        Ok(()) => {
+            let job = move |owner: Rc<Shard>| {
+                GroupCoordinator::commit(&owner, group, (member_id, instance_id), generation, parts)
+            };
+            dispatch_on_coordinator(shard, &group_id, job).await
+        }
     };
+    Box::pin(async move {
+        let codes = match dispatched {
+            Ok(pending) => pending
+                .await
+                .unwrap_or_else(|error_code| vec![error_code; count]),
+            Err(error_code) => vec![error_code; count],
+        };
+        respond(request, codes)
+    })
+}
+
+fn respond(request: OffsetCommitRequest, codes: Vec<i16>) -> Reply {
     let mut codes = codes.into_iter();
     let topics = request
         .topics
@@ -63,5 +75,6 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> Response
                 .with_partitions(partitions)
         })
         .collect();
-    ResponseKind::OffsetCommit(OffsetCommitResponse::default().with_topics(topics))
+    let response = OffsetCommitResponse::default().with_topics(topics);
+    Reply::Respond(Box::new(ResponseKind::OffsetCommit(response)))
 }

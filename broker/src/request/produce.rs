@@ -1,21 +1,32 @@
-//! Produce: split by owning shard, append on each owner, wait for the disk when
-//! `acks=all`, merge the answers in request order.
+//! Produce: split by owning shard, queue each part's appends on its owner in arrival order,
+//! wait for the write (`acks=1`) or the disk (`acks=all`), merge the answers in request
+//! order.
 //!
 //! ```text
-//! request ─▶ per-owner parts ─▶ router.call(owner) ─▶ Partition::append (one copy)
-//!                                                   └▶ acks=all: Partition::sync (group commit)
-//!        ◀─ merged in request order ◀───────────────┘
+//! admit:  request ─▶ per-owner parts ─▶ router.dispatch(owner) ─▶ Partition::queue_append
+//! answer:                                  appends in queue order (one copy each)
+//!                                          └▶ acks=1: write done · acks=all: fdatasync
+//!         ◀─ merged in request order ◀─────┘
 //! ```
-//! With `acks=0` nothing is sent back; if any part failed the connection is closed, which
-//! is how Kafka tells an acks=0 producer that something went wrong.
+//! Order: the connection admits one request at a time, and admission ends only once every
+//! part has taken its place in its partitions' queues (on this shard, or on the owner as the
+//! first thing its inbox does with the job), so requests of one connection are applied to a
+//! partition in the order they arrived, even when an owner's inbox or a partition's write
+//! queue is full.
+//!
+//! Durability (docs/ARCHITECTURE.md): `acks=1` is answered once the batch's write has
+//! completed, `acks=all` once it is fdatasynced. With `acks=0` nothing is sent back; if any
+//! part failed the connection is closed, which is how Kafka tells an acks=0 producer that
+//! something went wrong.
 
+use std::future::Future;
 use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
-use net::Reply;
+use net::{Answer, Reply};
 
 use super::now_ms;
 use crate::errors::{code, NONE};
@@ -30,7 +41,9 @@ struct Part {
     records: Option<Bytes>,
 }
 
-pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> Reply {
+/// Admits a Produce request: every part is queued on its owner before this returns; the
+/// answer comes from the returned future.
+pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> Answer {
     let acks = request.acks;
     let mut response = ProduceResponse::default();
     let mut parts_by_owner: Vec<Vec<Part>> = (0..shard.router.shard_count())
@@ -66,28 +79,34 @@ pub async fn handle(shard: &Rc<Shard>, request: ProduceRequest, version: i16) ->
         if parts.is_empty() || invalid_acks {
             continue;
         }
-        let shard = shard.clone();
-        calls.push(glommio::spawn_local(async move {
-            shard
-                .router
-                .call(&shard, owner, move |owner: Rc<Shard>| {
-                    append_on_owner(owner, parts, acks)
-                })
-                .await
-        }));
+        let job = move |owner: Rc<Shard>| append_on_owner(owner, parts, acks);
+        // Every part runs from here on, whatever the answer awaits first.
+        let pending = shard.router.dispatch(shard, owner, job).await;
+        calls.push(pending.map(glommio::spawn_local));
     }
-    for call in calls {
-        let answers = match call.await {
-            Ok(answers) => answers,
-            Err(stopped) => {
-                tracing::warn!(%stopped, "produce part lost");
-                continue;
+    Box::pin(async move {
+        for call in calls {
+            let answers = match call {
+                Ok(task) => task.await,
+                Err(stopped) => Err(stopped),
+            };
+            let answers = match answers {
+                Ok(answers) => answers,
+                Err(stopped) => {
+                    tracing::warn!(%stopped, "produce part lost");
+                    continue;
+                }
+            };
+            for ((topic_index, partition_index), answer) in answers {
+                response.responses[topic_index].partition_responses[partition_index] = answer;
             }
-        };
-        for ((topic_index, partition_index), answer) in answers {
-            response.responses[topic_index].partition_responses[partition_index] = answer;
         }
-    }
+        finish(response, acks, invalid_acks, version)
+    })
+}
+
+/// The reply once every owner answered.
+fn finish(mut response: ProduceResponse, acks: i16, invalid_acks: bool, version: i16) -> Reply {
     if invalid_acks {
         for topic in &mut response.responses {
             for partition in &mut topic.partition_responses {
@@ -125,49 +144,70 @@ fn no_append(index: i32) -> PartitionProduceResponse {
         .with_log_start_offset(-1)
 }
 
-/// Runs on the owning shard: append every part, then wait for the disk once per partition.
-async fn append_on_owner(
+/// Runs on the owning shard. Called, it queues every part's append on its partition at
+/// once (this is what fixes their order); the returned future appends them, then waits for
+/// what `acks` asks, once per partition and for all partitions at the same time.
+fn append_on_owner(
     shard: Rc<Shard>,
     parts: Vec<Part>,
     acks: i16,
-) -> Vec<((usize, usize), PartitionProduceResponse)> {
+) -> impl Future<Output = Vec<((usize, usize), PartitionProduceResponse)>> {
     let now = now_ms();
-    let mut answers = Vec::with_capacity(parts.len());
-    let mut to_sync = Vec::new();
-    for part in parts {
-        let mut answer = no_append(part.partition);
-        match (shard.partition(&part.topic, part.partition), part.records) {
-            (None, _) => answer.error_code = code(ResponseError::UnknownTopicOrPartition),
-            (Some(_), None) => answer.error_code = code(ResponseError::CorruptMessage),
-            (Some(partition), Some(records)) => {
-                let outcome = partition.append(&records, now).await;
-                answer.error_code = outcome.error_code;
-                answer.base_offset = outcome.base_offset;
-                answer.log_start_offset = outcome.log_start_offset;
-                if outcome.error_code == NONE && acks == -1 {
-                    to_sync.push((answers.len(), partition));
-                }
-            }
-        }
-        answers.push((part.slot, answer));
-    }
-    // Start every partition's sync before awaiting any, so they overlap.
-    let syncs: Vec<_> = to_sync
+    let queued: Vec<_> = parts
         .into_iter()
-        .map(|(answer_index, partition)| {
-            (
-                answer_index,
-                glommio::spawn_local(async move { partition.sync().await }),
-            )
+        .map(|part| {
+            let queued = match (shard.partition(&part.topic, part.partition), part.records) {
+                (None, _) => Err(code(ResponseError::UnknownTopicOrPartition)),
+                (Some(_), None) => Err(code(ResponseError::CorruptMessage)),
+                (Some(partition), Some(records)) => {
+                    let append = partition.queue_append(records, now);
+                    Ok((partition, append))
+                }
+            };
+            (part.slot, part.partition, queued)
         })
         .collect();
-    for (answer_index, sync) in syncs {
-        let error_code = sync.await;
-        if error_code != NONE {
-            let answer = &mut answers[answer_index].1;
-            answer.error_code = error_code;
-            answer.base_offset = -1;
+    async move {
+        let mut answers = Vec::with_capacity(queued.len());
+        let mut waits = Vec::new();
+        for (slot, index, queued) in queued {
+            let mut answer = no_append(index);
+            match queued {
+                Err(error_code) => answer.error_code = error_code,
+                Ok((partition, append)) => {
+                    let outcome = append.await;
+                    answer.error_code = outcome.error_code;
+                    answer.base_offset = outcome.base_offset;
+                    answer.log_start_offset = outcome.log_start_offset;
+                    if outcome.error_code == NONE && acks != 0 {
+                        waits.push((answers.len(), partition, outcome.end_offset));
+                    }
+                }
+            }
+            answers.push((slot, answer));
         }
+        // Start every partition's wait before awaiting any, so they overlap.
+        let waits: Vec<_> = waits
+            .into_iter()
+            .map(|(answer_index, partition, end_offset)| {
+                let wait = glommio::spawn_local(async move {
+                    if acks == -1 {
+                        partition.sync().await
+                    } else {
+                        partition.wait_written(end_offset).await
+                    }
+                });
+                (answer_index, wait)
+            })
+            .collect();
+        for (answer_index, wait) in waits {
+            let error_code = wait.await;
+            if error_code != NONE {
+                let answer = &mut answers[answer_index].1;
+                answer.error_code = error_code;
+                answer.base_offset = -1;
+            }
+        }
+        answers
     }
-    answers
 }

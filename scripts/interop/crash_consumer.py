@@ -1,0 +1,56 @@
+"""Child process of test_crash.py: a consumer that reads every partition of a
+topic from the beginning while it is being written, and writes down each
+record it is given as it arrives.
+
+Usage: crash_consumer.py BOOTSTRAP TOPIC PARTITIONS SEEN_FILE SECONDS_MAX
+
+Each record appends "partition offset value" to SEEN_FILE and flushes, so the
+file is exactly what the broker let a consumer see before it died. The loop
+ends after SECONDS_MAX or once the broker has been gone for a while (the
+test kills it), whichever comes first. Exit status 0 unless the consumer could
+not be set up.
+"""
+
+import sys
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+QUIET_AFTER_LAST_RECORD_S = 3.0
+
+
+def main():
+    bootstrap, topic, partitions, seen_path, seconds_max = sys.argv[1:]
+    deadline = time.monotonic() + float(seconds_max)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "crash-consumer-assign-only",  # required by the client, never joined
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+        "fetch.wait.max.ms": 10,
+        "reconnect.backoff.max.ms": 500,
+    })
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(int(partitions))])
+    seen = 0
+    last_record = time.monotonic()
+    with open(seen_path, "a") as out:
+        while time.monotonic() < deadline:
+            messages = consumer.consume(num_messages=1000, timeout=0.2)
+            for msg in messages:
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        print(f"crash_consumer: {msg.error()}", flush=True)
+                    continue
+                out.write(f"{msg.partition()} {msg.offset()} {msg.value().decode()}\n")
+                seen += 1
+            out.flush()
+            if messages:
+                last_record = time.monotonic()
+            elif seen and time.monotonic() - last_record > QUIET_AFTER_LAST_RECORD_S:
+                break
+    consumer.close()
+    print(f"crash_consumer: seen={seen}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
