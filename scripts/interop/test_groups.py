@@ -1,7 +1,8 @@
 """Consumer groups with real clients: confluent-kafka members share partitions,
 idle when outnumbered, wake when partitions are added, read independently per
-group, move on when a member dies, replay after an offset reset, and find their
-commits again after the broker restarts (cleanly or by kill -9).
+group, move on when a member dies, replay after an offset reset, find their
+commits again after the broker restarts (cleanly or by kill -9), and a restarted
+static member (group.instance.id) takes its partitions back without a rebalance.
 
 Method: a 2-shard broker with group.initial.rebalance.delay.ms lowered so
 rebalances settle fast; consumers run in this process and are polled in turn
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupState, Consumer, TopicPartition
+from confluent_kafka import ConsumerGroupState, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from clients import admin, create_topic, produce_all, producer, unique_topic, wait_for
@@ -263,3 +264,127 @@ def test_commits_survive_a_broker_restart(broker_factory, crash):
     got = read([c], len(more))[0]
     assert set(got) == more, "the group resumes exactly after its commits"
     close_all([c])
+
+
+class Events:
+    """A consumer's on_assign / on_revoke callbacks, recorded in order as
+    ("assign" | "revoke", [partition, ...])."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_assign(self, _consumer, partitions):
+        self.seen.append(("assign", sorted(tp.partition for tp in partitions)))
+
+    def on_revoke(self, _consumer, partitions):
+        self.seen.append(("revoke", sorted(tp.partition for tp in partitions)))
+
+
+def static_member(bootstrap, group, topic, instance):
+    """A subscribed member with its own group.instance.id and the eager range
+    assignor, so that any rebalance shows as a revoke of everything it owns.
+    Returns the consumer, its Events and the set of (partition, offset) it read."""
+    events = Events()
+    c = member(bootstrap, group, **{"group.instance.id": instance,
+                                    "partition.assignment.strategy": "range"})
+    c.subscribe([topic], on_assign=events.on_assign, on_revoke=events.on_revoke)
+    return c, events, set()
+
+
+# What a client reports while its broker restarts: lost connections, not errors.
+BROKER_DOWN = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+
+
+def poll_members(members, seconds=None, until=None, broker_may_be_down=False, what=""):
+    """Polls every (consumer, events, read) in turn, adding the records each
+    reads to its `read`, for `seconds`, or until `until()` holds (then failing
+    after 60 s)."""
+    deadline = time.monotonic() + (seconds if seconds is not None else 60)
+    while time.monotonic() < deadline:
+        if until is not None and until():
+            return
+        for c, _, read in members:
+            msg = c.poll(0.05)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is None:
+                read.add((msg.partition(), msg.offset()))
+                continue
+            assert broker_may_be_down and not error.fatal() and error.code() in BROKER_DOWN, \
+                error
+    assert until is None or until(), f"timed out after 60s waiting for {what}"
+
+
+def members_by_instance(bootstrap, group):
+    """DescribeGroups: the group's state and its members as {instance id: member id}."""
+    client = admin(bootstrap)  # kept alive until its future resolves
+    described = client.describe_consumer_groups([group])[group].result(10)
+    return described.state, {m.group_instance_id: m.member_id for m in described.members}
+
+
+def produce_to(bootstrap, topic, partitions, count, tag):
+    messages = [{"topic": topic, "key": f"k{i}".encode(), "value": f"{tag}-{i}".encode(),
+                 "partition": partitions[i % len(partitions)]} for i in range(count)]
+    return {(r.partition, r.offset) for r in produce_all(producer(bootstrap), messages)}
+
+
+@pytest.mark.parametrize("broker", [{"settings": GROUP_SETTINGS}], indirect=True)
+@pytest.mark.parametrize("restarted", ["leader", "follower"])
+def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(broker,
+                                                                               restarted):
+    topic, group = unique_topic("static"), unique_topic("g")
+    create_topic(broker.bootstrap, topic, 4)
+    instances = ["instance-first", "instance-second"]
+    # The first member to join leads the group: it owns everything alone
+    # before the second one arrives.
+    first = static_member(broker.bootstrap, group, topic, instances[0])
+    settle(broker.bootstrap, group, [first[0]], 4)
+    second = static_member(broker.bootstrap, group, topic, instances[1])
+    owned = settle(broker.bootstrap, group, [first[0], second[0]], 4)
+    assert [len(a) for a in owned] == [2, 2], f"two partitions each: {owned}"
+
+    gone_index = 0 if restarted == "leader" else 1
+    gone, survivor = (first, second) if gone_index == 0 else (second, first)
+    gone_owned, survivor_owned = owned[gone_index], owned[1 - gone_index]
+    gone_instance, survivor_instance = instances[gone_index], instances[1 - gone_index]
+    gone_member_id = gone[0].memberid()
+    survivor_events = survivor[1]
+    survivor_seen = len(survivor_events.seen)
+    # A static member sends no LeaveGroup on close: the coordinator keeps its
+    # place until its session (6 s) would run out.
+    gone[0].close()
+    closed_at = time.monotonic()
+    back = static_member(broker.bootstrap, group, topic, gone_instance)
+    assert time.monotonic() - closed_at < 1.0, "the same instance subscribes again within a second"
+    members = [survivor, back]
+
+    poll_members(members, until=lambda: back[0].assignment(),
+                 what="an assignment for the restarted member")
+    # Watch past the session timeout of the replaced member id: it must not
+    # expire into a rebalance either.
+    poll_members(members, seconds=SESSION_TIMEOUT_S + 2)
+    assert survivor_events.seen[survivor_seen:] == [], \
+        "the other member was neither revoked nor reassigned"
+    assert sorted(tp.partition for tp in survivor[0].assignment()) == survivor_owned
+    assert back[1].seen == [("assign", gone_owned)], \
+        "the restarted member got exactly its previous partitions"
+    assert back[0].memberid() != gone_member_id, "the restart got a new member id"
+    ids = {gone_instance: back[0].memberid(), survivor_instance: survivor[0].memberid()}
+    assert members_by_instance(broker.bootstrap, group) == (ConsumerGroupState.STABLE, ids)
+
+    after = produce_to(broker.bootstrap, topic, gone_owned, 200, "after-restart")
+    poll_members(members, until=lambda: after <= back[2],
+                 what="the restarted member to read what was produced after its restart")
+
+    # The new member id was persisted: a restarted broker restores the group
+    # with it, so neither member is fenced or sent through a rebalance.
+    broker.restart()
+    poll_members(members, seconds=SESSION_TIMEOUT_S + 2, broker_may_be_down=True)
+    assert survivor_events.seen[survivor_seen:] == [], "no rebalance after the broker restart"
+    assert back[1].seen == [("assign", gone_owned)], "no rebalance after the broker restart"
+    assert members_by_instance(broker.bootstrap, group) == (ConsumerGroupState.STABLE, ids)
+    later = produce_to(broker.bootstrap, topic, gone_owned, 50, "after-broker-restart")
+    poll_members(members, until=lambda: later <= back[2],
+                 what="the restarted member to read on after the broker restart")
+    close_all([survivor[0], back[0]])

@@ -6,7 +6,9 @@
 //!   then its requests get COORDINATOR_LOAD_IN_PROGRESS.
 //! - A commit is answered after its records are appended to the offsets partition and
 //!   fdatasync'ed, and only then is it visible to OffsetFetch; group metadata is written
-//!   when a rebalance completes (with the assignments) and when a group becomes empty.
+//!   when a rebalance completes (with the assignments), when a group becomes empty, and
+//!   when a static member rejoins a Stable group under a new member id (before it is
+//!   answered, so that after a broker restart the new id still holds the instance id).
 //! - Borrows of the maps never span an `.await`: state is read or changed, the borrow is
 //!   dropped, then any I/O is awaited.
 
@@ -23,7 +25,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use super::group::{Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, SyncOutcome};
+use super::group::{Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, Joined, SyncOutcome};
 use super::records::{
     decode_key, decode_value, encode_key, encode_value, GroupValue, MemberValue, OffsetValue,
     RecordKey, RecordValue,
@@ -48,7 +50,8 @@ type GroupOffsets = BTreeMap<(String, i32), Committed>;
 /// OffsetFetch's answer: per topic, per partition, the commit if any.
 pub type CommittedByTopic = Vec<(String, Vec<(i32, Option<Committed>)>)>;
 
-/// Where a JoinGroup stands: answered now, or waiting for the rebalance to complete.
+/// Where a JoinGroup stands: answered now, or waiting for its answer (the end of the
+/// rebalance, or of a static member's rejoin once the group is persisted).
 pub enum JoinStep {
     Answer(JoinOutcome),
     Wait(flume::Receiver<JoinOutcome>),
@@ -272,15 +275,18 @@ impl GroupCoordinator {
     }
 
     /// JoinGroup: an immediate answer, or a receiver for the answer when the rebalance
-    /// completes.
-    pub fn join(&self, shard: &Shard, group_id: &str, request: JoinRequest) -> JoinStep {
-        if let Err(error_code) = self.check_serving(shard, group_id) {
-            return JoinStep::Answer(JoinOutcome {
-                error_code,
-                generation: -1,
-                ..JoinOutcome::default()
-            });
-        }
+    /// completes. A static member's rejoin of a Stable group is persisted first.
+    pub async fn join(&self, shard: &Shard, group_id: &str, request: JoinRequest) -> JoinStep {
+        let partition = match self.check_serving(shard, group_id) {
+            Ok(partition) => partition,
+            Err(error_code) => {
+                return JoinStep::Answer(JoinOutcome {
+                    error_code,
+                    generation: -1,
+                    ..JoinOutcome::default()
+                })
+            }
+        };
         if group_id.is_empty() {
             return JoinStep::Answer(JoinOutcome::error(
                 ResponseError::InvalidGroupId,
@@ -294,14 +300,22 @@ impl GroupCoordinator {
             return JoinStep::Answer(refusal);
         }
         let (waiter, answer) = flume::bounded(1);
-        let mut groups = self.groups.borrow_mut();
-        let group = groups
-            .entry(group_id.to_string())
-            .or_insert_with(|| Group::new(group_id));
-        match group.join(request, waiter, self.limits(), Instant::now()) {
-            Some(immediate) => JoinStep::Answer(immediate),
-            None => JoinStep::Wait(answer),
+        let (rejoin, (key, value)) = {
+            let mut groups = self.groups.borrow_mut();
+            let group = groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id));
+            match group.join(request, waiter, self.limits(), Instant::now()) {
+                Joined::Now(immediate) => return JoinStep::Answer(immediate),
+                Joined::Waiting => return JoinStep::Wait(answer),
+                Joined::Persist(rejoin) => (rejoin, snapshot(group)),
+            }
+        };
+        let written = Self::write(&partition, vec![(key, Some(value))]).await;
+        if let Some(group) = self.groups.borrow_mut().get_mut(group_id) {
+            group.complete_static_rejoin(rejoin, write_refusal(group_id, written));
         }
+        JoinStep::Wait(answer)
     }
 
     /// SyncGroup: an immediate answer, or a receiver for the leader's assignment. When the
@@ -340,11 +354,7 @@ impl GroupCoordinator {
             let written = Self::write(&partition, vec![(key, Some(value))]).await;
             let mut groups = self.groups.borrow_mut();
             if let Some(group) = groups.get_mut(group_id) {
-                group.complete_sync(
-                    written
-                        .err()
-                        .map(|_| ResponseError::CoordinatorNotAvailable),
-                );
+                group.complete_sync(write_refusal(group_id, written));
             }
         }
         Ok(answer)
@@ -827,6 +837,15 @@ fn subscribes_to(group: &Group, topic: &str) -> bool {
                 .is_ok_and(|s| s.topics.iter().any(|t| t.as_str() == topic))
         })
     })
+}
+
+/// What members waiting on a group write are told if it failed: COORDINATOR_NOT_AVAILABLE,
+/// which clients answer by finding the coordinator again and retrying, where a storage
+/// error code is not an answer JoinGroup or SyncGroup can give.
+fn write_refusal(group_id: &str, written: Result<(), i16>) -> Option<ResponseError> {
+    let error_code = written.err()?;
+    tracing::warn!(group = %group_id, error_code, "group metadata not persisted");
+    Some(ResponseError::CoordinatorNotAvailable)
 }
 
 /// The group metadata record for `group` as it stands.

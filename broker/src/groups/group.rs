@@ -14,6 +14,11 @@
 //!   MEMBER_ID_REQUIRED (JoinGroup v4+) and must rejoin with it; static members
 //!   (`group.instance.id`) get a fresh one on every join, and the previous holder of that
 //!   instance id is fenced (FENCED_INSTANCE_ID).
+//! - A static member that joins again with an empty member id (a restarted consumer) keeps
+//!   its place: assignment, leadership and order of arrival move to the fresh member id.
+//!   A Stable group does not rebalance for it unless its protocols change the group's
+//!   selected protocol, and answers it only once the caller has persisted the fresh id
+//!   ([`Joined::Persist`]); if that fails, the old member id is restored.
 //! - A member waiting for its JoinGroup or SyncGroup answer does not expire; any other
 //!   member expires `session_timeout` after its last join, sync or heartbeat.
 //! - This type does no I/O and keeps no clock: callers pass `now`, and send the answers it
@@ -58,6 +63,9 @@ pub struct JoinOutcome {
     pub member_id: String,
     /// Filled for the leader only: every member's id, instance id and subscription.
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// JoinGroup v9+ (KIP-814): the leader of a Stable group that rejoined must not run
+    /// its assignor; the group keeps the assignment it has.
+    pub skip_assignment: bool,
 }
 
 impl JoinOutcome {
@@ -95,6 +103,42 @@ pub struct JoinRequest {
     pub protocols: Vec<(String, Bytes)>,
     /// JoinGroup v4+: a new dynamic member must first ask for its id.
     pub require_known_member_id: bool,
+    /// JoinGroup v9+: the answer can carry `skip_assignment` (KIP-814).
+    pub supports_skip_assignment: bool,
+}
+
+/// What [`Group::join`] did with a JoinGroup.
+pub enum Joined {
+    /// Answered at once: errors, MEMBER_ID_REQUIRED, a member with nothing new.
+    Now(JoinOutcome),
+    /// The answer arrives on the waiter when the rebalance completes.
+    Waiting,
+    /// A static member took over its instance id in a Stable group without a rebalance.
+    /// The caller persists the group, so that the fresh member id survives a restart, then
+    /// calls [`Group::complete_static_rejoin`], which answers on the waiter.
+    Persist(StaticRejoin),
+}
+
+/// A static member's takeover of its instance id, kept until the group is persisted so
+/// that it can be undone if the write fails.
+pub struct StaticRejoin {
+    instance_id: String,
+    member_id_old: String,
+    member_id_new: String,
+    /// What the member had stated in its previous join, restored if the write fails.
+    settings_old: JoinSettings,
+    /// The leader before the takeover, which JoinGroup v0–v8 are told.
+    leader_old: Option<String>,
+    supports_skip_assignment: bool,
+}
+
+/// What a member states about itself in every JoinGroup.
+struct JoinSettings {
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    protocols: Vec<(String, Bytes)>,
 }
 
 pub struct Member {
@@ -126,6 +170,41 @@ impl Member {
     fn is_waiting(&self) -> bool {
         self.join_waiter.is_some() || self.sync_waiter.is_some()
     }
+
+    /// Takes what a JoinGroup states about the member; its session restarts `now`.
+    fn update(&mut self, request: JoinRequest, now: Instant) {
+        self.apply(JoinSettings {
+            client_id: request.client_id,
+            client_host: request.client_host,
+            session_timeout: request.session_timeout,
+            rebalance_timeout: request.rebalance_timeout,
+            protocols: request.protocols,
+        });
+        self.expires_at = now + self.session_timeout;
+    }
+
+    fn settings(&self) -> JoinSettings {
+        JoinSettings {
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            session_timeout: self.session_timeout,
+            rebalance_timeout: self.rebalance_timeout,
+            protocols: self.protocols.clone(),
+        }
+    }
+
+    fn apply(&mut self, settings: JoinSettings) {
+        self.client_id = settings.client_id;
+        self.client_host = settings.client_host;
+        self.session_timeout = settings.session_timeout;
+        self.rebalance_timeout = settings.rebalance_timeout;
+        self.protocols = settings.protocols;
+    }
+}
+
+/// `<instance id or client id>-<uuid>`, as Kafka names members.
+fn new_member_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4())
 }
 
 pub struct Group {
@@ -245,17 +324,15 @@ impl Group {
         self.members.is_empty()
     }
 
-    /// Handles JoinGroup. An immediate answer is returned as `Err`; otherwise the answer
-    /// arrives on `waiter` when the rebalance completes.
-    /// Handles JoinGroup: `Some` is an immediate answer; with `None` the answer arrives on
-    /// `waiter` when the rebalance completes.
+    /// Handles JoinGroup: answered now, after the rebalance on `waiter`, or (a static
+    /// member's rejoin) on `waiter` once the caller has persisted the group.
     pub fn join(
         &mut self,
         request: JoinRequest,
         waiter: JoinWaiter,
         limits: GroupLimits,
         now: Instant,
-    ) -> Option<JoinOutcome> {
+    ) -> Joined {
         if let Some(expected) = &self.protocol_type {
             let common = self.members.is_empty()
                 || request.protocols.iter().any(|(name, _)| {
@@ -264,39 +341,37 @@ impl Group {
                         .all(|m| m.protocols.iter().any(|(n, _)| n == name))
                 });
             if (expected != &request.protocol_type && !self.members.is_empty()) || !common {
-                return Some(JoinOutcome::error(
+                return Joined::Now(JoinOutcome::error(
                     ResponseError::InconsistentGroupProtocol,
                     &request.member_id,
                 ));
             }
         }
         if request.protocols.is_empty() || request.protocol_type.is_empty() {
-            return Some(JoinOutcome::error(
+            return Joined::Now(JoinOutcome::error(
                 ResponseError::InconsistentGroupProtocol,
                 &request.member_id,
             ));
         }
         let member_id = if request.member_id.is_empty() {
-            let is_new = request
+            let holder = request
                 .instance_id
                 .as_ref()
-                .is_none_or(|instance| !self.static_members.contains_key(instance));
-            if is_new && self.members.len() + self.pending.len() >= limits.members_max {
-                return Some(JoinOutcome::error(ResponseError::GroupMaxSizeReached, ""));
+                .and_then(|instance| self.static_members.get(instance))
+                .cloned();
+            if let Some(member_id_old) = holder {
+                return self.rejoin_static(member_id_old, request, waiter, limits, now);
             }
-            let prefix = request.instance_id.as_deref().unwrap_or(&request.client_id);
-            let fresh = format!("{prefix}-{}", uuid::Uuid::new_v4());
+            if self.members.len() + self.pending.len() >= limits.members_max {
+                return Joined::Now(JoinOutcome::error(ResponseError::GroupMaxSizeReached, ""));
+            }
+            let fresh = new_member_id(request.instance_id.as_deref().unwrap_or(&request.client_id));
             if let Some(instance) = &request.instance_id {
-                if let Some(previous) = self.static_members.get(instance).cloned() {
-                    // A restarted static member takes over its previous identity; the old
-                    // member id is fenced from now on.
-                    self.replace_static_member(&previous, &fresh);
-                }
                 self.static_members.insert(instance.clone(), fresh.clone());
             } else if request.require_known_member_id {
                 self.pending
                     .insert(fresh.clone(), now + request.session_timeout);
-                return Some(JoinOutcome {
+                return Joined::Now(JoinOutcome {
                     member_id: fresh,
                     ..JoinOutcome::error(ResponseError::MemberIdRequired, "")
                 });
@@ -306,14 +381,14 @@ impl Group {
             if let Some(instance) = &request.instance_id {
                 match self.static_members.get(instance) {
                     Some(holder) if holder != &request.member_id => {
-                        return Some(JoinOutcome::error(
+                        return Joined::Now(JoinOutcome::error(
                             ResponseError::FencedInstanceId,
                             &request.member_id,
                         ));
                     }
                     Some(_) => {}
                     None => {
-                        return Some(JoinOutcome::error(
+                        return Joined::Now(JoinOutcome::error(
                             ResponseError::UnknownMemberId,
                             &request.member_id,
                         ))
@@ -322,7 +397,7 @@ impl Group {
             }
             let known = self.members.contains_key(&request.member_id);
             if !known && self.pending.remove(&request.member_id).is_none() {
-                return Some(JoinOutcome::error(
+                return Joined::Now(JoinOutcome::error(
                     ResponseError::UnknownMemberId,
                     &request.member_id,
                 ));
@@ -342,8 +417,8 @@ impl Group {
             .or_insert_with(|| Member {
                 id: member_id.clone(),
                 instance_id: request.instance_id.clone(),
-                client_id: request.client_id.clone(),
-                client_host: request.client_host.clone(),
+                client_id: String::new(),
+                client_host: String::new(),
                 session_timeout: request.session_timeout,
                 rebalance_timeout: request.rebalance_timeout,
                 protocols: Vec::new(),
@@ -356,13 +431,8 @@ impl Group {
         if member.joined_seq == seq {
             self.next_seq += 1;
         }
-        member.protocols = request.protocols;
-        member.session_timeout = request.session_timeout;
-        member.rebalance_timeout = request.rebalance_timeout;
-        member.client_id = request.client_id;
-        member.client_host = request.client_host;
-        member.expires_at = now + member.session_timeout;
-        self.protocol_type = Some(request.protocol_type);
+        self.protocol_type = Some(request.protocol_type.clone());
+        member.update(request, now);
 
         let settled = matches!(
             self.state,
@@ -370,7 +440,7 @@ impl Group {
         );
         if settled && !protocols_changed && !is_leader {
             // Nothing changed for this member: answer with the current generation.
-            return Some(JoinOutcome {
+            return Joined::Now(JoinOutcome {
                 error_code: NONE,
                 generation: self.generation,
                 protocol_type: self.protocol_type.clone(),
@@ -378,24 +448,162 @@ impl Group {
                 leader: self.leader.clone().unwrap_or_default(),
                 member_id,
                 members: Vec::new(),
+                skip_assignment: false,
             });
         }
-        if let Some(member) = self.members.get_mut(&member_id) {
-            member.join_waiter = Some(waiter);
-        }
+        member.join_waiter = Some(waiter);
         if self.state != GroupState::PreparingRebalance {
             self.prepare_rebalance(limits, now);
         }
         self.try_complete_join(now);
-        None
+        Joined::Waiting
     }
 
-    fn replace_static_member(&mut self, previous: &str, fresh: &str) {
-        if let Some(mut member) = self.members.remove(previous) {
+    /// A known static member joins with an empty member id: a restarted consumer. It takes
+    /// over its place (assignment, leadership, order of arrival) under a fresh member id,
+    /// and the old one is fenced. As Kafka's `updateStaticMemberAndRebalance`, by state:
+    /// - Stable: no rebalance, unless the member's protocols change the protocol the group
+    ///   would select; the caller persists the fresh id before the member is answered.
+    /// - CompletingRebalance: a rebalance, because the leader is assigning partitions to the
+    ///   old member id, which nobody would receive.
+    /// - PreparingRebalance: the member waits for the rebalance with everyone else.
+    fn rejoin_static(
+        &mut self,
+        member_id_old: String,
+        request: JoinRequest,
+        waiter: JoinWaiter,
+        limits: GroupLimits,
+        now: Instant,
+    ) -> Joined {
+        // An instance id is held only by a member, so the group has members.
+        assert_ne!(self.state, GroupState::Empty);
+        let instance_id = request.instance_id.clone();
+        let instance_id = instance_id.expect("the caller found the holder by its instance id");
+        let member_id_new = new_member_id(&instance_id);
+        let leader_old = self.leader.clone();
+        let supports_skip_assignment = request.supports_skip_assignment;
+        self.replace_static_member(&instance_id, &member_id_old, &member_id_new);
+        let member = self
+            .members
+            .get_mut(&member_id_new)
+            .expect("replaced above");
+        let settings_old = member.settings();
+        member.update(request, now);
+        member.join_waiter = Some(waiter);
+        tracing::info!(
+            group = %self.id,
+            instance = %instance_id,
+            member_old = %member_id_old,
+            member_new = %member_id_new,
+            state = self.state.name(),
+            "static member rejoined"
+        );
+        match self.state {
+            GroupState::Stable if self.choose_protocol() == self.protocol => {
+                Joined::Persist(StaticRejoin {
+                    instance_id,
+                    member_id_old,
+                    member_id_new,
+                    settings_old,
+                    leader_old,
+                    supports_skip_assignment,
+                })
+            }
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(limits, now);
+                self.try_complete_join(now);
+                Joined::Waiting
+            }
+            GroupState::PreparingRebalance => {
+                self.try_complete_join(now);
+                Joined::Waiting
+            }
+            GroupState::Empty => unreachable!("asserted above"),
+        }
+    }
+
+    /// Answers a static rejoin of a Stable group once the caller tried to persist it. If
+    /// that failed (`refusal`), the old member id is restored, so that memory agrees with
+    /// the log, and the member is refused. If the group changed meanwhile (a rebalance
+    /// began, a newer takeover or a LeaveGroup named the instance id), that change has
+    /// answered the member or will, and nothing is undone.
+    pub fn complete_static_rejoin(&mut self, rejoin: StaticRejoin, refusal: Option<ResponseError>) {
+        let holder = self.static_members.get(&rejoin.instance_id);
+        if self.state != GroupState::Stable || holder != Some(&rejoin.member_id_new) {
+            return;
+        }
+        let member = self
+            .members
+            .get_mut(&rejoin.member_id_new)
+            .expect("an instance id is held by a member");
+        let Some(waiter) = member.join_waiter.take() else {
+            return;
+        };
+        let answer = match refusal {
+            None => self.static_rejoin_answer(&rejoin),
+            Some(error) => {
+                member.apply(rejoin.settings_old);
+                self.replace_static_member(
+                    &rejoin.instance_id,
+                    &rejoin.member_id_new,
+                    &rejoin.member_id_old,
+                );
+                JoinOutcome {
+                    error_code: code(error),
+                    generation: self.generation,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol: self.protocol.clone(),
+                    leader: rejoin.leader_old.unwrap_or_default(),
+                    ..JoinOutcome::default()
+                }
+            }
+        };
+        let _ = waiter.send(answer);
+    }
+
+    fn static_rejoin_answer(&self, rejoin: &StaticRejoin) -> JoinOutcome {
+        let is_leader = self.leader.as_deref() == Some(rejoin.member_id_new.as_str());
+        let current = JoinOutcome {
+            error_code: NONE,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone().unwrap_or_default(),
+            member_id: rejoin.member_id_new.clone(),
+            members: Vec::new(),
+            skip_assignment: false,
+        };
+        if rejoin.supports_skip_assignment {
+            // v9+: a returning leader learns that it leads, so it keeps watching the
+            // subscribed topics, but runs no assignor.
+            return JoinOutcome {
+                members: if is_leader { self.roster() } else { Vec::new() },
+                skip_assignment: is_leader,
+                ..current
+            };
+        }
+        // Before v9, a member told that it leads runs its assignor, whose assignment a
+        // Stable group would ignore. The leader id from before the takeover is never the
+        // member's new id, so it syncs as a follower and gets its assignment back.
+        JoinOutcome {
+            leader: rejoin.leader_old.clone().unwrap_or_default(),
+            ..current
+        }
+    }
+
+    /// Renames the member `member_id_old` to `member_id_new` under `instance_id`; answers
+    /// what the old id was waiting for with FENCED_INSTANCE_ID.
+    fn replace_static_member(
+        &mut self,
+        instance_id: &str,
+        member_id_old: &str,
+        member_id_new: &str,
+    ) {
+        if let Some(mut member) = self.members.remove(member_id_old) {
             if let Some(waiter) = member.join_waiter.take() {
                 let _ = waiter.send(JoinOutcome::error(
                     ResponseError::FencedInstanceId,
-                    previous,
+                    member_id_old,
                 ));
             }
             if let Some(waiter) = member.sync_waiter.take() {
@@ -404,12 +612,14 @@ impl Group {
                     ..SyncOutcome::default()
                 });
             }
-            member.id = fresh.to_string();
-            self.members.insert(fresh.to_string(), member);
+            member.id = member_id_new.to_string();
+            self.members.insert(member_id_new.to_string(), member);
         }
-        if self.leader.as_deref() == Some(previous) {
-            self.leader = Some(fresh.to_string());
+        if self.leader.as_deref() == Some(member_id_old) {
+            self.leader = Some(member_id_new.to_string());
         }
+        self.static_members
+            .insert(instance_id.to_string(), member_id_new.to_string());
     }
 
     fn prepare_rebalance(&mut self, limits: GroupLimits, now: Instant) {
@@ -475,19 +685,8 @@ impl Group {
                 .map(|m| m.id.clone());
         }
         self.state = GroupState::CompletingRebalance;
-        let protocol = self.protocol.clone().unwrap_or_default();
         let leader = self.leader.clone().unwrap_or_default();
-        let roster: Vec<(String, Option<String>, Bytes)> = self
-            .members
-            .values()
-            .map(|m| {
-                (
-                    m.id.clone(),
-                    m.instance_id.clone(),
-                    m.metadata_for(&protocol),
-                )
-            })
-            .collect();
+        let roster = self.roster();
         for member in self.members.values_mut() {
             member.assignment = Bytes::new();
             member.expires_at = now + member.session_timeout;
@@ -504,10 +703,27 @@ impl Group {
                     } else {
                         Vec::new()
                     },
+                    skip_assignment: false,
                 });
             }
         }
         false
+    }
+
+    /// The leader's view: every member's id, instance id and metadata for the selected
+    /// protocol.
+    fn roster(&self) -> Vec<(String, Option<String>, Bytes)> {
+        let protocol = self.protocol.as_deref().unwrap_or_default();
+        self.members
+            .values()
+            .map(|m| {
+                (
+                    m.id.clone(),
+                    m.instance_id.clone(),
+                    m.metadata_for(protocol),
+                )
+            })
+            .collect()
     }
 
     /// Kafka's vote: each member votes for its most preferred protocol among those every
@@ -761,20 +977,37 @@ mod tests {
                 .map(|p| (p.to_string(), Bytes::from_static(b"m")))
                 .collect(),
             require_known_member_id: true,
+            supports_skip_assignment: false,
         }
     }
+
+    fn static_request(member_id: &str, instance: &str, protocols: &[&str]) -> JoinRequest {
+        JoinRequest {
+            instance_id: Some(instance.to_string()),
+            ..request(member_id, protocols)
+        }
+    }
+
+    fn answered(joined: Joined) -> JoinOutcome {
+        match joined {
+            Joined::Now(outcome) => outcome,
+            Joined::Waiting | Joined::Persist(_) => panic!("expected an immediate answer"),
+        }
+    }
+
+    const P0: Bytes = Bytes::from_static(b"p0");
+    const P1: Bytes = Bytes::from_static(b"p1");
 
     /// Joins a new dynamic member the v4+ way: ask for an id, then join with it.
     fn join_new(group: &mut Group, now: Instant) -> (String, flume::Receiver<JoinOutcome>) {
         let (tx, _rx) = flume::bounded(1);
-        let required = group
-            .join(request("", &["range"]), tx, LIMITS, now)
-            .expect("answered");
+        let required = answered(group.join(request("", &["range"]), tx, LIMITS, now));
         assert_eq!(required.error_code, code(ResponseError::MemberIdRequired));
         let (tx, rx) = flume::bounded(1);
-        assert!(group
-            .join(request(&required.member_id, &["range"]), tx, LIMITS, now)
-            .is_none());
+        assert!(matches!(
+            group.join(request(&required.member_id, &["range"]), tx, LIMITS, now),
+            Joined::Waiting
+        ));
         (required.member_id, rx)
     }
 
@@ -799,9 +1032,10 @@ mod tests {
             code(ResponseError::RebalanceInProgress)
         );
         let (tx, first_rx) = flume::bounded(1);
-        assert!(group
-            .join(request(&first, &["range"]), tx, LIMITS, now)
-            .is_none());
+        assert!(matches!(
+            group.join(request(&first, &["range"]), tx, LIMITS, now),
+            Joined::Waiting
+        ));
         let leader_view = first_rx.try_recv().expect("join completed");
         let follower_view = second_rx.try_recv().expect("join completed");
         assert_eq!(leader_view.generation, 2);
@@ -844,9 +1078,10 @@ mod tests {
         let (first, _) = join_new(&mut group, now);
         let (second, second_rx) = join_new(&mut group, now);
         let (tx, _first_rx) = flume::bounded(1);
-        assert!(group
-            .join(request(&first, &["range"]), tx, LIMITS, now)
-            .is_none());
+        assert!(matches!(
+            group.join(request(&first, &["range"]), tx, LIMITS, now),
+            Joined::Waiting
+        ));
         second_rx.try_recv().expect("generation 2");
         // Only the second member keeps heartbeating; the first expires.
         let later = now + Duration::from_secs(8);
@@ -856,9 +1091,10 @@ mod tests {
         assert!(!group.members.contains_key(&first));
         assert_eq!(group.state, GroupState::PreparingRebalance);
         let (tx, rx) = flume::bounded(1);
-        assert!(group
-            .join(request(&second, &["range"]), tx, LIMITS, after)
-            .is_none());
+        assert!(matches!(
+            group.join(request(&second, &["range"]), tx, LIMITS, after),
+            Joined::Waiting
+        ));
         let outcome = rx.try_recv().expect("completes with the survivor alone");
         assert_eq!((outcome.generation, outcome.leader), (3, second));
     }
@@ -886,15 +1122,351 @@ mod tests {
         assert_eq!(group.members.len(), 1);
     }
 
+    /// Two static members through the join of generation 2, before any SyncGroup:
+    /// "instance-1" (returned first) leads, "instance-2" follows.
+    fn completing_static_pair(protocols: &[&str], now: Instant) -> (Group, String, String) {
+        let mut group = Group::new("g");
+        let join = |group: &mut Group, request: JoinRequest| {
+            let (tx, rx) = flume::bounded(1);
+            assert!(matches!(
+                group.join(request, tx, LIMITS, now),
+                Joined::Waiting
+            ));
+            rx
+        };
+        let leader = join(&mut group, static_request("", "instance-1", protocols))
+            .try_recv()
+            .expect("a lone member completes the join at once")
+            .member_id;
+        let follower_rx = join(&mut group, static_request("", "instance-2", protocols));
+        let leader_rx = join(&mut group, static_request(&leader, "instance-1", protocols));
+        assert_eq!(leader_rx.try_recv().expect("generation 2").leader, leader);
+        let follower = follower_rx.try_recv().expect("generation 2").member_id;
+        assert_eq!(
+            (group.state, group.generation),
+            (GroupState::CompletingRebalance, 2)
+        );
+        (group, leader, follower)
+    }
+
+    /// [`completing_static_pair`] after the leader's SyncGroup: Stable, the leader owns
+    /// P0 and the follower P1.
+    fn stable_static_pair(protocols: &[&str], now: Instant) -> (Group, String, String) {
+        let (mut group, leader, follower) = completing_static_pair(protocols, now);
+        let (tx, _) = flume::bounded(1);
+        let assignments = vec![(leader.clone(), P0), (follower.clone(), P1)];
+        let synced = group.sync(&leader, Some("instance-1"), 2, assignments, tx, now);
+        assert_eq!(synced, Ok(true));
+        group.complete_sync(None);
+        assert_eq!(group.state, GroupState::Stable);
+        (group, leader, follower)
+    }
+
+    /// Rejoins `instance` with an empty member id, as a restarted consumer does, and
+    /// expects the group to ask for the fresh member id to be persisted.
+    fn restart_static(
+        group: &mut Group,
+        request: JoinRequest,
+        now: Instant,
+    ) -> (StaticRejoin, flume::Receiver<JoinOutcome>) {
+        let (tx, rx) = flume::bounded(1);
+        let Joined::Persist(rejoin) = group.join(request, tx, LIMITS, now) else {
+            panic!("a Stable group persists a static rejoin before answering it");
+        };
+        assert!(
+            rx.try_recv().is_err(),
+            "no answer before the group is persisted"
+        );
+        (rejoin, rx)
+    }
+
+    #[test]
+    fn a_restarted_static_member_takes_its_place_without_a_rebalance() {
+        let now = Instant::now();
+        let (mut group, leader, follower) = stable_static_pair(&["range"], now);
+        // The restarted consumer owns nothing yet, so its subscription metadata differs.
+        let mut restarted = static_request("", "instance-2", &["range"]);
+        restarted.protocols[0].1 = Bytes::from_static(b"m, owning nothing");
+        let (rejoin, rx) = restart_static(&mut group, restarted, now);
+        assert_eq!(group.state, GroupState::Stable);
+        assert_eq!(
+            group.heartbeat(&leader, Some("instance-1"), 2, now),
+            NONE,
+            "the other member is not asked to rejoin"
+        );
+        group.complete_static_rejoin(rejoin, None);
+        let answer = rx.try_recv().expect("answered once persisted");
+        assert_eq!(answer.error_code, NONE);
+        assert_eq!(
+            (answer.generation, answer.leader.as_str()),
+            (2, leader.as_str())
+        );
+        assert_eq!(answer.protocol.as_deref(), Some("range"));
+        assert!(answer.member_id.starts_with("instance-2-") && answer.member_id != follower);
+        assert!(answer.members.is_empty() && !answer.skip_assignment);
+        assert_eq!((group.state, group.generation), (GroupState::Stable, 2));
+
+        let (tx, _) = flume::bounded(1);
+        let synced = group.sync(&answer.member_id, Some("instance-2"), 2, vec![], tx, now);
+        assert_eq!(
+            synced.map_err(|outcome| (outcome.error_code, outcome.assignment)),
+            Err((NONE, P1)),
+            "SyncGroup hands back the assignment at once"
+        );
+        let new_id = answer.member_id.as_str();
+        assert_eq!(group.heartbeat(new_id, Some("instance-2"), 2, now), NONE);
+        assert_eq!(group.heartbeat(&leader, Some("instance-1"), 2, now), NONE);
+
+        // Whatever the old member id still sends is fenced.
+        let fenced = code(ResponseError::FencedInstanceId);
+        assert_eq!(
+            group.heartbeat(&follower, Some("instance-2"), 2, now),
+            fenced
+        );
+        let (tx, _) = flume::bounded(1);
+        let synced = group.sync(&follower, Some("instance-2"), 2, vec![], tx, now);
+        assert_eq!(synced.map_err(|outcome| outcome.error_code), Err(fenced));
+        // OffsetCommit asks the same check.
+        assert!(matches!(
+            group.check_member(&follower, Some("instance-2")),
+            Err(ResponseError::FencedInstanceId)
+        ));
+        assert_eq!(
+            group.leave(&follower, Some("instance-2"), LIMITS, now),
+            fenced
+        );
+        let (tx, _) = flume::bounded(1);
+        let join = answered(group.join(
+            static_request(&follower, "instance-2", &["range"]),
+            tx,
+            LIMITS,
+            now,
+        ));
+        assert_eq!(join.error_code, fenced);
+        assert_eq!((group.state, group.members.len()), (GroupState::Stable, 2));
+    }
+
+    #[test]
+    fn a_restarted_static_leader_is_told_to_skip_its_assignment() {
+        let now = Instant::now();
+        let (mut group, leader, follower) = stable_static_pair(&["range"], now);
+        let mut restarted = static_request("", "instance-1", &["range"]);
+        restarted.supports_skip_assignment = true;
+        let (rejoin, rx) = restart_static(&mut group, restarted, now);
+        group.complete_static_rejoin(rejoin, None);
+        let answer = rx.try_recv().expect("answered");
+        assert_eq!(answer.error_code, NONE);
+        assert_ne!(answer.member_id, leader);
+        assert_eq!(answer.leader, answer.member_id, "it still leads");
+        assert!(answer.skip_assignment);
+        let mut ids: Vec<&str> = answer.members.iter().map(|(id, ..)| id.as_str()).collect();
+        ids.sort_unstable();
+        let mut expected = vec![answer.member_id.as_str(), follower.as_str()];
+        expected.sort_unstable();
+        assert_eq!(ids, expected, "the leader sees every member");
+        assert_eq!((group.state, group.generation), (GroupState::Stable, 2));
+        assert_eq!(group.leader.as_deref(), Some(answer.member_id.as_str()));
+    }
+
+    #[test]
+    fn a_restarted_static_leader_before_v9_syncs_as_a_follower() {
+        let now = Instant::now();
+        let (mut group, leader, follower) = stable_static_pair(&["range"], now);
+        let restarted = static_request("", "instance-1", &["range"]);
+        let (rejoin, rx) = restart_static(&mut group, restarted, now);
+        group.complete_static_rejoin(rejoin, None);
+        let answer = rx.try_recv().expect("answered");
+        assert_eq!(answer.error_code, NONE);
+        assert_eq!(
+            answer.leader, leader,
+            "told the old leader id, which is not its own"
+        );
+        assert!(answer.members.is_empty() && !answer.skip_assignment);
+        // Even a client that assigns anyway gets the group's assignment back.
+        let (tx, _) = flume::bounded(1);
+        let reassigned = vec![
+            (answer.member_id.clone(), Bytes::from_static(b"everything")),
+            (follower.clone(), Bytes::new()),
+        ];
+        let synced = group.sync(
+            &answer.member_id,
+            Some("instance-1"),
+            2,
+            reassigned,
+            tx,
+            now,
+        );
+        assert_eq!(
+            synced.map_err(|outcome| (outcome.error_code, outcome.assignment)),
+            Err((NONE, P0))
+        );
+        assert_eq!(group.members[&follower].assignment, P1);
+        assert_eq!((group.state, group.generation), (GroupState::Stable, 2));
+    }
+
+    #[test]
+    fn a_static_rejoin_that_changes_the_selected_protocol_rebalances() {
+        let now = Instant::now();
+        let (mut group, leader, _) = stable_static_pair(&["range", "roundrobin"], now);
+        assert_eq!(group.protocol.as_deref(), Some("range"));
+        // Only roundrobin is left that every member supports.
+        let (tx, restarted_rx) = flume::bounded(1);
+        let restarted = static_request("", "instance-2", &["roundrobin"]);
+        assert!(matches!(
+            group.join(restarted, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        assert_eq!(group.state, GroupState::PreparingRebalance);
+        assert_eq!(
+            group.heartbeat(&leader, Some("instance-1"), 2, now),
+            code(ResponseError::RebalanceInProgress)
+        );
+        let (tx, _) = flume::bounded(1);
+        let rejoined = static_request(&leader, "instance-1", &["range", "roundrobin"]);
+        assert!(matches!(
+            group.join(rejoined, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        let answer = restarted_rx.try_recv().expect("generation 3");
+        assert_eq!(
+            (answer.generation, answer.protocol.as_deref()),
+            (3, Some("roundrobin"))
+        );
+    }
+
+    #[test]
+    fn a_static_rejoin_while_completing_a_rebalance_rebalances() {
+        let now = Instant::now();
+        let (mut group, leader, follower) = completing_static_pair(&["range"], now);
+        let (tx, old_sync) = flume::bounded(1);
+        let waiting = group.sync(&follower, Some("instance-2"), 2, vec![], tx, now);
+        assert_eq!(
+            waiting,
+            Ok(false),
+            "the follower waits for the leader's SyncGroup"
+        );
+        // The leader is assigning partitions to the old member id: the group rebalances so
+        // that the new one gets some.
+        let (tx, restarted_rx) = flume::bounded(1);
+        let restarted = static_request("", "instance-2", &["range"]);
+        assert!(matches!(
+            group.join(restarted, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        assert_eq!(
+            old_sync.try_recv().expect("answered").error_code,
+            code(ResponseError::FencedInstanceId)
+        );
+        assert_eq!(group.state, GroupState::PreparingRebalance);
+        let (tx, leader_rx) = flume::bounded(1);
+        let rejoined = static_request(&leader, "instance-1", &["range"]);
+        assert!(matches!(
+            group.join(rejoined, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        let restarted = restarted_rx.try_recv().expect("generation 3");
+        let roster = leader_rx.try_recv().expect("generation 3").members;
+        assert_eq!(restarted.generation, 3);
+        assert!(roster.iter().any(|(id, ..)| *id == restarted.member_id));
+        assert!(!roster.iter().any(|(id, ..)| *id == follower));
+    }
+
+    #[test]
+    fn a_static_rejoin_while_preparing_a_rebalance_waits_for_it() {
+        let now = Instant::now();
+        let (mut group, leader, follower) = stable_static_pair(&["range"], now);
+        // The follower's new metadata starts a rebalance; the leader has not rejoined yet.
+        let (tx, old_join) = flume::bounded(1);
+        let mut changed = static_request(&follower, "instance-2", &["range"]);
+        changed.protocols[0].1 = Bytes::from_static(b"other topics");
+        assert!(matches!(
+            group.join(changed, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        assert_eq!(group.state, GroupState::PreparingRebalance);
+        let (tx, restarted_rx) = flume::bounded(1);
+        let restarted = static_request("", "instance-2", &["range"]);
+        assert!(matches!(
+            group.join(restarted, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        assert_eq!(
+            old_join.try_recv().expect("answered").error_code,
+            code(ResponseError::FencedInstanceId)
+        );
+        assert!(restarted_rx.try_recv().is_err(), "waits for the leader");
+        let (tx, _) = flume::bounded(1);
+        let rejoined = static_request(&leader, "instance-1", &["range"]);
+        assert!(matches!(
+            group.join(rejoined, tx, LIMITS, now),
+            Joined::Waiting
+        ));
+        let answer = restarted_rx.try_recv().expect("generation 3");
+        assert_eq!((answer.error_code, answer.generation), (NONE, 3));
+        assert_ne!(answer.member_id, follower);
+    }
+
+    #[test]
+    fn a_static_rejoin_that_cannot_be_persisted_is_undone() {
+        let now = Instant::now();
+        let (mut group, _, follower) = stable_static_pair(&["range"], now);
+        let mut restarted = static_request("", "instance-2", &["range"]);
+        restarted.protocols[0].1 = Bytes::from_static(b"m, owning nothing");
+        restarted.client_id = "restarted".into();
+        let (rejoin, rx) = restart_static(&mut group, restarted, now);
+        group.complete_static_rejoin(rejoin, Some(ResponseError::CoordinatorNotAvailable));
+        let answer = rx.try_recv().expect("answered");
+        assert_eq!(
+            answer.error_code,
+            code(ResponseError::CoordinatorNotAvailable)
+        );
+        assert_eq!(
+            answer.member_id, "",
+            "the client retries as a restarted member"
+        );
+        // The group is as the log has it: the old member id holds the instance again.
+        assert_eq!(group.heartbeat(&follower, Some("instance-2"), 2, now), NONE);
+        let member = &group.members[&follower];
+        assert_eq!(
+            (
+                member.client_id.as_str(),
+                &member.protocols[0].1,
+                &member.assignment
+            ),
+            ("client", &Bytes::from_static(b"m"), &P1)
+        );
+        assert_eq!((group.state, group.members.len()), (GroupState::Stable, 2));
+    }
+
+    #[test]
+    fn a_newer_takeover_during_the_write_answers_only_the_newer_member() {
+        let now = Instant::now();
+        let (mut group, _, _) = stable_static_pair(&["range"], now);
+        let request = || static_request("", "instance-2", &["range"]);
+        let (first, first_rx) = restart_static(&mut group, request(), now);
+        let (second, second_rx) = restart_static(&mut group, request(), now);
+        let fenced = first_rx
+            .try_recv()
+            .expect("the newer takeover fences the first");
+        assert_eq!(fenced.error_code, code(ResponseError::FencedInstanceId));
+        // The first write fails after the instance has moved on: nothing is undone.
+        group.complete_static_rejoin(first, Some(ResponseError::CoordinatorNotAvailable));
+        group.complete_static_rejoin(second, None);
+        let answer = second_rx.try_recv().expect("answered");
+        assert_eq!(answer.error_code, NONE);
+        assert_eq!(
+            group.heartbeat(&answer.member_id, Some("instance-2"), 2, now),
+            NONE
+        );
+    }
+
     #[test]
     fn inconsistent_protocols_and_group_size_are_refused() {
         let now = Instant::now();
         let mut group = Group::new("g");
         join_new(&mut group, now);
         let (tx, _) = flume::bounded(1);
-        let refused = group
-            .join(request("", &["roundrobin"]), tx, LIMITS, now)
-            .expect("refused");
+        let refused = answered(group.join(request("", &["roundrobin"]), tx, LIMITS, now));
         assert_eq!(
             refused.error_code,
             code(ResponseError::InconsistentGroupProtocol)
@@ -904,9 +1476,7 @@ mod tests {
             ..LIMITS
         };
         let (tx, _) = flume::bounded(1);
-        let refused = group
-            .join(request("", &["range"]), tx, small, now)
-            .expect("refused");
+        let refused = answered(group.join(request("", &["range"]), tx, small, now));
         assert_eq!(refused.error_code, code(ResponseError::GroupMaxSizeReached));
     }
 

@@ -1,5 +1,6 @@
 //! JoinGroup: runs on the group's coordinator shard and waits there until the rebalance
-//! completes (or answers at once: MEMBER_ID_REQUIRED, errors, an unchanged member).
+//! completes (or answers at once: MEMBER_ID_REQUIRED, errors, an unchanged member; or
+//! once persisted: a restarted static member of a Stable group).
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -41,11 +42,12 @@ pub async fn handle(
             .map(|p| (string(&p.name), p.metadata.clone()))
             .collect(),
         require_known_member_id: version >= 4,
+        supports_skip_assignment: version >= 9,
     };
     let member_id = join.member_id.clone();
     let group = group_id.clone();
     let outcome = on_coordinator(shard, &group_id, move |owner: Rc<Shard>| async move {
-        match owner.groups.join(&owner, &group, join) {
+        match owner.groups.join(&owner, &group, join).await {
             JoinStep::Answer(immediate) => immediate,
             JoinStep::Wait(answer) => answer.recv_async().await.unwrap_or_else(|_| {
                 JoinOutcome::error(kafka_protocol::error::ResponseError::UnknownMemberId, "")
@@ -84,6 +86,11 @@ fn response(outcome: JoinOutcome, version: i16) -> JoinGroupResponse {
         .with_leader(text(outcome.leader))
         .with_member_id(text(outcome.member_id))
         .with_members(members);
+    // Only v9+ has the field; the group sets it only for v9+ requests, so older ones lose
+    // nothing here.
+    if version >= 9 {
+        response.skip_assignment = outcome.skip_assignment;
+    }
     // Before v7 the protocol name is a non-null string and there is no protocol type.
     if version >= 7 {
         response.protocol_type = outcome.protocol_type.map(text);
