@@ -32,6 +32,9 @@ const RING_DEPTH: usize = 256;
 
 /// Runs a node until SIGINT or SIGTERM.
 pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<()> {
+    // First of all: a SIGINT that arrives after the "starting" line must find the signals
+    // blocked and waiting for the signal thread, not kill the process.
+    let signals = block_shutdown_signals();
     let shard_count = shard_count.unwrap_or_else(|| shard::executor::online_cpus().len());
     keep_freed_memory_for_reuse();
     std::fs::create_dir_all(&config.log_dir)
@@ -56,7 +59,6 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         dir = %config.log_dir.display(),
         "starting"
     );
-    let signals = block_shutdown_signals();
     let endpoints = Mesh::endpoints::<Job<Shard>>(shard_count, INBOX_CAPACITY);
     let remote = endpoints[0].remote();
     std::thread::Builder::new()
@@ -175,6 +177,8 @@ async fn serve_connection(shard: Rc<Shard>, stream: glommio::net::TcpStream) {
         request_bytes_max: shard.config.request_bytes_max,
         in_flight_max: shard.config.in_flight_requests_max,
         idle_timeout: shard.config.idle_timeout,
+        write_timeout: shard.config.write_timeout,
+        unsent_bytes_max: shard.config.unsent_bytes_max(),
     };
     let (apis, budget) = (shard.apis.clone(), shard.request_budget.clone());
     if let Err(error) = net::serve_connection(stream, shard, apis, limits, budget).await {
