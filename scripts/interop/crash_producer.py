@@ -1,12 +1,13 @@
 """Child process of test_crash.py: a produce loop that writes down each
 acknowledgement as it arrives.
 
-Usage: crash_producer.py BOOTSTRAP TOPIC ACK_FILE SECONDS_MAX FIRST_SEQ [ACKS [RATE]]
+Usage: crash_producer.py BOOTSTRAP TOPIC ACK_FILE SECONDS_MAX FIRST_SEQ [ACKS [RATE [PAD]]]
 
 ACKS is the producer's acks setting, "all" (the default) or "1"; RATE caps
-the messages per second (default 20000).
+the messages per second (default 20000); PAD bytes of filler follow each
+value (default 0), so that a fast producer keeps the broker's disk busy.
 
-Records are keyed k0..k19 with values "key:seq"; seq counts up per key from
+Records are keyed k0..k19 with values "key:seq:" and the filler; seq counts up per key from
 FIRST_SEQ. Each delivery callback without error appends
 "key seq partition offset" to ACK_FILE and flushes, so the file is the exact
 set of messages the broker has promised to keep, up to the moment the broker
@@ -32,6 +33,7 @@ def main():
     bootstrap, topic, ack_path, seconds_max, first_seq = sys.argv[1:6]
     acks = sys.argv[6] if len(sys.argv) > 6 else "all"
     rate_max_per_s = int(sys.argv[7]) if len(sys.argv) > 7 else RATE_DEFAULT_PER_S
+    filler = b"f" * (int(sys.argv[8]) if len(sys.argv) > 8 else 0)
     deadline = time.monotonic() + float(seconds_max)
     prod = Producer({
         "bootstrap.servers": bootstrap,
@@ -51,7 +53,8 @@ def main():
             if err is not None:
                 failures += 1
                 return
-            key, seq = msg.value().decode().split(":")
+            key, seq, _ = msg.value().split(b":", 2)
+            key, seq = key.decode(), seq.decode()
             out.write(f"{key} {seq} {msg.partition()} {msg.offset()}\n")
             out.flush()
             acked += 1
@@ -64,7 +67,7 @@ def main():
             if ahead_s > 0:
                 prod.poll(ahead_s)
             for k in range(KEYS):
-                value = f"k{k}:{seq}".encode()
+                value = f"k{k}:{seq}:".encode() + filler
                 while True:
                     try:
                         prod.produce(topic, key=b"k%d" % k, value=value, on_delivery=on_delivery)
