@@ -247,11 +247,13 @@ mod tests {
         const JOBS: u32 = 200;
         struct Calls {
             order: std::cell::RefCell<Vec<u32>>,
+            done: Cell<u32>,
         }
         let results = run_routers::<Calls, _, _, _>(2, 1, move |id, router| {
             async move {
                 let state = Rc::new(Calls {
                     order: std::cell::RefCell::new(Vec::new()),
+                    done: Cell::new(0),
                 });
                 if id == 1 {
                     // The owner: slow to drain its one-message inbox at first.
@@ -261,7 +263,9 @@ mod tests {
                         async move { router.serve(state).await }
                     })
                     .detach();
-                    while state.order.borrow().len() < JOBS as usize {
+                    // Until every reply is sent: an executor that stops drops its tasks
+                    // without running them to their end.
+                    while state.done.get() < JOBS {
                         glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
                     }
                     server.cancel();
@@ -271,10 +275,12 @@ mod tests {
                 for number in 0..JOBS {
                     let job = move |owner: Rc<Calls>| {
                         owner.order.borrow_mut().push(number);
-                        // Later jobs finish first: only the calls must keep their order.
-                        glommio::timer::sleep(std::time::Duration::from_micros(
-                            u64::from(JOBS - number) * 10,
-                        ))
+                        async move {
+                            // Later jobs finish first: only the calls must keep their order.
+                            let wait = u64::from(JOBS - number) * 10;
+                            glommio::timer::sleep(std::time::Duration::from_micros(wait)).await;
+                            owner.done.set(owner.done.get() + 1);
+                        }
                     };
                     pending.push(router.dispatch(&state, 1, job).await.expect("alive"));
                 }
