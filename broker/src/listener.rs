@@ -35,26 +35,61 @@ use crate::shard_state::Shard;
 /// Connections the kernel queues for the acceptor (the backlog of `listen`).
 const BACKLOG_MAX: i32 = 1024;
 
-/// Binds the node's listening socket on `host:port` (port 0: a port the kernel picks).
+/// How long a start waits for a taken address to be freed before it gives up.
+///
+/// A node killed a moment ago still holds its sockets for a little while after its process
+/// is gone: the kernel tears down its io_uring rings, which hold the listener and the
+/// connections, in the background. A restart (by a supervisor, by a test) waits that out
+/// instead of failing; another live process holding the address fails the start after it.
+pub const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Binds the node's listening socket on `host:port` (port 0: a port the kernel picks),
+/// waiting up to [`BIND_WAIT`] while the address is taken.
 pub fn bind(host: &str, port: u16) -> anyhow::Result<std::net::TcpListener> {
+    let deadline = std::time::Instant::now() + BIND_WAIT;
+    loop {
+        match bind_once(host, port) {
+            Err(Bind::InUse(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(Bind::InUse(error) | Bind::Other(error)) => return Err(error),
+            Ok(listener) => return Ok(listener),
+        }
+    }
+}
+
+enum Bind {
+    InUse(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+/// One attempt; the error says whether the address was in use.
+fn bind_once(host: &str, port: u16) -> Result<std::net::TcpListener, Bind> {
+    let other = Bind::Other;
     let address = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
-        .with_context(|| format!("resolving listener {host}:{port}"))?
+        .with_context(|| format!("resolving listener {host}:{port}"))
+        .map_err(other)?
         .next()
-        .with_context(|| format!("listener {host}:{port} resolves to no address"))?;
+        .with_context(|| format!("listener {host}:{port} resolves to no address"))
+        .map_err(other)?;
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)
-        .context("creating the listening socket")?;
+        .context("creating the listening socket")
+        .map_err(other)?;
     socket
         .set_reuse_address(true)
-        .context("setting SO_REUSEADDR")?;
+        .context("setting SO_REUSEADDR")
+        .map_err(other)?;
     let bound = socket
         .bind(&address.into())
         .and_then(|()| socket.listen(BACKLOG_MAX));
     match bound {
         Ok(()) => Ok(socket.into()),
-        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
-            "listening on {address}: address already in use (another process listens there)"
-        )),
-        Err(error) => Err(anyhow::anyhow!("listening on {address}: {error}")),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(Bind::InUse(anyhow::anyhow!(
+                "listening on {address}: address already in use (another process listens there)"
+            )))
+        }
+        Err(error) => Err(other(anyhow::anyhow!("listening on {address}: {error}"))),
     }
 }
 
@@ -243,7 +278,10 @@ mod tests {
     fn a_second_bind_of_a_taken_address_says_so() {
         let first = bind("127.0.0.1", 0).expect("a free port");
         let port = first.local_addr().expect("address").port();
-        let error = bind("127.0.0.1", port).expect_err("the port is taken");
+        let error = match bind_once("127.0.0.1", port) {
+            Err(Bind::InUse(error)) => error,
+            _ => panic!("the port is taken"),
+        };
         let message = format!("{error:#}");
         assert!(
             message.contains(&format!("127.0.0.1:{port}"))
