@@ -85,6 +85,12 @@ pub struct BrokerConfig {
     pub request_bytes_max: usize,
     /// Request bytes one shard holds at most, over all its connections.
     pub queued_request_bytes_max: usize,
+    /// `queued.max.response.bytes`: bytes of answers one shard holds built and not yet
+    /// written, over all its connections.
+    pub queued_response_bytes_max: usize,
+    /// `connections.max.write.ms`: a connection whose answers make no progress into its
+    /// socket for this long (the client stopped reading) is closed.
+    pub write_timeout: Duration,
     pub io_mode: IoMode,
     /// Batch cache per shard, for tailing consumers in direct mode.
     pub cache_bytes_max: usize,
@@ -116,6 +122,29 @@ pub struct GroupConfig {
     pub session_timeout_max: Duration,
     /// `group.max.size`: members (and pending member ids) per group.
     pub members_max: usize,
+}
+
+/// What an answer adds around its records: headers and per-partition fields, generously.
+pub const RESPONSE_OVERHEAD_BYTES: usize = 64 << 10;
+
+impl BrokerConfig {
+    /// The fewest answer bytes a fetch asks for: one batch of the largest size a topic
+    /// accepts by default, so that an answer cut to it still holds a whole batch (KIP-74).
+    pub fn response_floor_bytes(&self) -> usize {
+        self.message_bytes_max + RESPONSE_OVERHEAD_BYTES
+    }
+
+    /// Answer bytes one connection may hold built and unsent: a quarter of the shard's, so
+    /// that a few clients that stopped reading cannot take it all.
+    pub fn unsent_bytes_max(&self) -> usize {
+        (self.queued_response_bytes_max / 4).max(self.response_floor_bytes())
+    }
+
+    /// The reserve for connections that keep up (see `Shard::response_reserve`): two
+    /// answers of the floor size.
+    pub fn response_reserve_bytes(&self) -> usize {
+        2 * self.response_floor_bytes()
+    }
 }
 
 /// Topic-level configuration names a topic may override, with the broker key that gives
@@ -158,6 +187,8 @@ const BROKER_KEYS: &[&str] = &[
     "log.roll.hours",
     "socket.request.max.bytes",
     "queued.max.request.bytes",
+    "queued.max.response.bytes",
+    "connections.max.write.ms",
     "log.io.mode",
     "log.cache.max.bytes",
     "log.write.buffer.bytes",
@@ -243,6 +274,13 @@ impl BrokerConfig {
                 usize::MAX / 2,
             )?,
         };
+        // At least what one answer of the largest batch needs (KIP-74: one batch always).
+        let queued_response_bytes_max: usize = number(
+            "queued.max.response.bytes",
+            get("queued.max.response.bytes").unwrap_or("134217728"),
+            4 * (message_bytes_max + RESPONSE_OVERHEAD_BYTES),
+            usize::MAX / 2,
+        )?;
         let io_mode = match get("log.io.mode").unwrap_or("direct") {
             "direct" => IoMode::Direct,
             "buffered" => IoMode::Buffered,
@@ -337,6 +375,13 @@ impl BrokerConfig {
             message_bytes_max,
             request_bytes_max,
             queued_request_bytes_max,
+            queued_response_bytes_max,
+            write_timeout: Duration::from_millis(number(
+                "connections.max.write.ms",
+                get("connections.max.write.ms").unwrap_or("30000"),
+                1,
+                u64::MAX / 2,
+            )?),
             io_mode,
             cache_bytes_max: number(
                 "log.cache.max.bytes",
@@ -464,6 +509,14 @@ impl BrokerConfig {
             (
                 "queued.max.request.bytes".into(),
                 self.queued_request_bytes_max.to_string(),
+            ),
+            (
+                "queued.max.response.bytes".into(),
+                self.queued_response_bytes_max.to_string(),
+            ),
+            (
+                "connections.max.write.ms".into(),
+                self.write_timeout.as_millis().to_string(),
             ),
             (
                 "log.io.mode".into(),

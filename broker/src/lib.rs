@@ -20,6 +20,7 @@ pub mod controller;
 pub mod errors;
 pub mod groups;
 pub mod listener;
+pub mod memory;
 pub mod metadata;
 pub mod partition;
 pub mod request;

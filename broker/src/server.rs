@@ -36,7 +36,8 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     // blocked and waiting for the signal thread, not kill the process.
     let signals = block_shutdown_signals();
     let shard_count = shard_count.unwrap_or_else(|| shard::executor::online_cpus().len());
-    keep_freed_memory_for_reuse();
+    crate::memory::keep_freed_memory_for_reuse();
+    crate::memory::trim_periodically().context("starting the memory thread")?;
     std::fs::create_dir_all(&config.log_dir)
         .with_context(|| format!("creating log.dirs {}", config.log_dir.display()))?;
     // One absolute path for every log, whatever the working directory does later.
@@ -193,22 +194,6 @@ async fn flush_periodically(shard: Rc<Shard>) {
         for partition in shard.owned_partitions() {
             partition.sync().await;
         }
-    }
-}
-
-/// Request frames and write chunks are 64 KiB to a few MiB, allocated and freed at line
-/// rate. glibc serves such sizes with fresh mmaps by default, so every request paid page
-/// faults, kernel page zeroing and munmap (a quarter of a shard's time at 5 M msgs/s).
-/// Keeping them in the (per-thread) heap reuses warm pages; what the heap can hold is
-/// still bounded by the request and cache budgets.
-fn keep_freed_memory_for_reuse() {
-    const MMAP_THRESHOLD_BYTES: libc::c_int = 64 << 20;
-    const TRIM_THRESHOLD_BYTES: libc::c_int = 256 << 20;
-    // SAFETY: mallopt only adjusts glibc's allocator tunables; called before any shard
-    // thread starts allocating.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
     }
 }
 

@@ -10,8 +10,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use glommio::sync::Semaphore;
-use net::SupportedApis;
+use net::{Budget, SupportedApis};
 use shard::{Notify, Router};
 use storage::{BatchCache, Log, LogConfig};
 
@@ -26,7 +25,15 @@ pub struct Shard {
     pub router: Router<Shard>,
     pub config: Arc<BrokerConfig>,
     pub apis: Rc<SupportedApis>,
-    pub request_budget: Rc<Semaphore>,
+    /// `queued.max.request.bytes`: request bytes held over all connections of the shard.
+    pub request_budget: Budget,
+    /// `queued.max.response.bytes`: bytes of answers built and not yet written, over all
+    /// connections of the shard.
+    pub response_budget: Budget,
+    /// A small reserve of answer bytes that only connections keeping up with their answers
+    /// may draw on when `response_budget` is spent, so that clients that stopped reading
+    /// cannot starve the ones that did not.
+    pub response_reserve: Budget,
     pub cache: Rc<BatchCache>,
     image: RefCell<Arc<MetadataImage>>,
     /// Topic name → partitions this shard owns (index = partition index).
@@ -51,7 +58,9 @@ impl Shard {
         let groups = GroupCoordinator::new(config.groups.clone());
         let connections = (router.shard_id() == 0).then(|| Rc::new(ConnectionCounts::new()));
         Shard {
-            request_budget: Rc::new(Semaphore::new(config.queued_request_bytes_max as u64)),
+            request_budget: Budget::new(config.queued_request_bytes_max),
+            response_budget: Budget::new(config.queued_response_bytes_max),
+            response_reserve: Budget::new(config.response_reserve_bytes()),
             cache: Rc::new(BatchCache::new(config.cache_bytes_max)),
             router,
             config,

@@ -12,6 +12,7 @@
 //! - The versions a client may use are the ones the broker says it implements
 //!   ([`SupportedApis`]); anything else is refused the way Kafka refuses it.
 
+pub mod budget;
 pub mod connection;
 pub mod consumer_protocol;
 pub mod frame;
@@ -21,7 +22,8 @@ pub mod request;
 pub mod response;
 pub mod versions;
 
-pub use connection::{serve_connection, Answer, ConnectionLimits, Handler, Reply};
+pub use budget::{Budget, Reservation};
+pub use connection::{serve_connection, Answer, ConnectionLimits, Handler, Outbox, Reply};
 pub use out_frame::OutFrame;
 pub use request::{decode_request, DecodeError, Request};
 pub use response::encode_response;

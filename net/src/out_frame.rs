@@ -50,6 +50,11 @@ impl OutFrame {
         self.tail.clear();
     }
 
+    /// Memory the encode buffer holds, kept across frames by `clear`.
+    pub fn capacity_bytes(&self) -> usize {
+        self.tail.capacity()
+    }
+
     /// Bytes after the length prefix.
     pub fn body_len(&self) -> usize {
         self.closed_bytes + self.tail.len()

@@ -1,11 +1,15 @@
-//! A connection's receive buffer: frames are split off its front without copying, and its
-//! free space is zeroed once, when first made, rather than before every read.
+//! A connection's receive buffer: frames are split off its front without copying; it grows
+//! only as bytes arrive and is let go once empty, so an idle connection holds next to
+//! nothing.
 //!
 //! ```text
-//!   bytes: [ received, not yet taken | zeroed, free for the next read ]
+//!   bytes: [ received, not yet taken | zeroed, free for the next read ]  (capacity beyond)
 //!          0                       filled                         len
 //! ```
-//! Invariant: `filled <= bytes.len()`; bytes past `filled` hold nothing a reader may see.
+//! Invariants: `filled <= bytes.len()`; bytes past `filled` hold nothing a reader may see;
+//! `held_bytes()` (= `bytes.len()`) is the memory the buffer has touched for frames not yet
+//! taken, which the connection covers with its request-budget reservation. Capacity past
+//! `len` is reserved address space only: it is never written until a read needs it.
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -16,11 +20,8 @@ pub struct ReadBuffer {
 }
 
 impl ReadBuffer {
-    pub fn with_capacity(capacity_bytes: usize) -> ReadBuffer {
-        ReadBuffer {
-            bytes: BytesMut::with_capacity(capacity_bytes),
-            filled: 0,
-        }
+    pub fn new() -> ReadBuffer {
+        ReadBuffer::default()
     }
 
     /// The bytes received and not yet taken.
@@ -30,6 +31,24 @@ impl ReadBuffer {
 
     pub fn is_empty(&self) -> bool {
         self.filled == 0
+    }
+
+    /// Memory the buffer holds for frames not yet taken: received bytes and the zeroed room
+    /// after them.
+    pub fn held_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// What `held_bytes` would be after `spare(want_bytes)`.
+    pub fn held_bytes_with(&self, want_bytes: usize) -> usize {
+        self.bytes.len().max(self.filled + want_bytes)
+    }
+
+    /// Makes room for `total_bytes` from the front without touching it, so that a frame
+    /// read in many pieces is never moved.
+    pub fn reserve_capacity(&mut self, total_bytes: usize) {
+        self.bytes
+            .reserve(total_bytes.saturating_sub(self.bytes.len()));
     }
 
     /// Free space of at least `want_bytes`, for the next read to fill.
@@ -62,6 +81,13 @@ impl ReadBuffer {
         self.filled -= count;
         self.bytes.split_to(count).freeze()
     }
+
+    /// Lets the memory go when nothing received is left in it.
+    pub fn release_if_empty(&mut self) {
+        if self.filled == 0 {
+            self.bytes = BytesMut::new();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -70,14 +96,16 @@ mod tests {
 
     #[test]
     fn frames_come_off_the_front_and_spare_space_is_reused() {
-        let mut buffer = ReadBuffer::with_capacity(16);
+        let mut buffer = ReadBuffer::new();
         assert!(buffer.is_empty());
+        assert_eq!(buffer.held_bytes_with(8), 8);
         let spare = buffer.spare(8);
         assert!(spare.len() >= 8);
         spare[..5].copy_from_slice(b"hello");
         buffer.commit(5);
         assert_eq!(buffer.data(), b"hello");
         // Space already made is offered again without growing.
+        assert_eq!(buffer.held_bytes_with(2), 8);
         let spare_bytes = buffer.spare(2).len();
         assert_eq!(spare_bytes, 3);
         buffer.spare(2)[..3].copy_from_slice(b" wo");
@@ -85,6 +113,27 @@ mod tests {
         buffer.skip(1);
         assert_eq!(buffer.take(4), Bytes::from_static(b"ello"));
         assert_eq!(buffer.data(), b" wo");
+        assert_eq!(buffer.held_bytes(), 3);
+        buffer.release_if_empty();
+        assert_eq!(buffer.held_bytes(), 3, "bytes still to be taken stay");
+        buffer.skip(3);
+        buffer.release_if_empty();
+        assert_eq!(buffer.held_bytes(), 0);
+    }
+
+    #[test]
+    fn reserved_capacity_is_not_held_until_read_into() {
+        let mut buffer = ReadBuffer::new();
+        buffer.reserve_capacity(1 << 20);
+        assert_eq!(buffer.held_bytes(), 0);
+        let pointer = buffer.spare(10).as_ptr();
+        buffer.commit(10);
+        buffer.spare(100_000);
+        assert_eq!(
+            buffer.data().as_ptr(),
+            pointer,
+            "growing within capacity moves nothing"
+        );
     }
 
     #[test]

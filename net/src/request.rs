@@ -24,6 +24,8 @@ pub struct Request {
     /// The client's address, when the connection knows it (Kafka reports it as the
     /// member's client host).
     pub peer: Option<std::net::SocketAddr>,
+    /// The connection's way out, set by the connection (absent when decoded elsewhere).
+    pub outbox: Option<std::rc::Rc<crate::Outbox>>,
 }
 
 #[derive(Error, Debug)]
@@ -106,6 +108,7 @@ pub fn decode_request(mut frame: Bytes, apis: &SupportedApis) -> Result<Request,
         body,
         frame_bytes,
         peer: None,
+        outbox: None,
     })
 }
 

@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use glommio::net::TcpListener;
-use glommio::sync::Semaphore;
 use net::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use net::kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, ResponseKind,
 };
 use net::kafka_protocol::protocol::{Decodable, Encodable};
-use net::{serve_connection, Answer, ConnectionLimits, Handler, Reply, Request, SupportedApis};
+use net::{
+    serve_connection, Answer, Budget, ConnectionLimits, Handler, Reply, Request, SupportedApis,
+};
 
 const VERSION: i16 = 12;
 const RECORDS_SIZES: [usize; 4] = [1 << 20, 100, 1 << 20, 1 << 20];
@@ -111,13 +112,15 @@ fn shared_records_arrive_whole_and_in_order_through_a_full_socket() {
                     request_bytes_max: 1 << 20,
                     in_flight_max: 4,
                     idle_timeout: Duration::from_secs(30),
+                    write_timeout: Duration::from_secs(30),
+                    unsent_bytes_max: 16 << 20,
                 };
                 serve_connection(
                     stream,
                     Rc::new(BigFetches),
                     Rc::new(SupportedApis::new(&[(ApiKey::Fetch, 4, VERSION)])),
                     limits,
-                    Rc::new(Semaphore::new(4 << 20)),
+                    Budget::new(4 << 20),
                 )
                 .await
                 .expect("connection served");

@@ -413,3 +413,13 @@ def parse_produce_v3(body):
             out[(name, index)] = (error, base_offset)
     throttle = r.int32()
     return out, throttle, r.remaining()
+
+
+# --- Fetch (key 1) ---------------------------------------------------------
+
+def fetch_v4_request(topic, partition, offset, correlation_id, max_bytes=50 << 20,
+                     partition_max_bytes=50 << 20, max_wait_ms=0, min_bytes=1):
+    body = (int32(-1) + int32(max_wait_ms) + int32(min_bytes) + int32(max_bytes) + int8(0)
+            + array([string(topic) + array([int32(partition) + int64(offset)
+                                            + int32(partition_max_bytes)])]))
+    return request(FETCH, 4, correlation_id, body)

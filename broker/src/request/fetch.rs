@@ -31,6 +31,8 @@ use kafka_protocol::protocol::StrBytes;
 use storage::batch::BatchHeader;
 use storage::ReadError;
 
+use net::{Outbox, Reply, Reservation};
+
 use crate::errors::{self, code, NONE};
 use crate::shard_state::Shard;
 
@@ -47,13 +49,17 @@ struct Part {
     max_bytes: usize,
 }
 
-pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> ResponseKind {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: FetchRequest,
+    version: i16,
+    outbox: Option<Rc<Outbox>>,
+) -> Reply {
     if request.session_id != 0 {
-        return ResponseKind::Fetch(
-            FetchResponse::default()
-                .with_error_code(code(ResponseError::FetchSessionIdNotFound))
-                .with_session_id(0),
-        );
+        let refused = FetchResponse::default()
+            .with_error_code(code(ResponseError::FetchSessionIdNotFound))
+            .with_session_id(0);
+        return Reply::Respond(Box::new(ResponseKind::Fetch(refused)));
     }
     let read_committed = request.isolation_level == 1;
     let mut response = FetchResponse::default().with_session_id(0);
@@ -88,22 +94,25 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> R
     let wait = Duration::from_millis(request.max_wait_ms.clamp(0, WAIT_MS_MAX) as u64);
     let deadline = Instant::now() + wait;
     let min_bytes = request.min_bytes.max(0) as usize;
-    loop {
-        let budget_bytes = request.max_bytes.max(1) as usize;
-        let answers = read_everywhere(shard, &parts_by_owner, read_committed, budget_bytes).await;
+    let want_bytes = (request.max_bytes.max(1) as usize).min(ANSWER_BYTES_MAX);
+    let held = loop {
+        let mut held = reserve_answer(shard, outbox.as_deref(), want_bytes).await;
+        let answers = read_everywhere(shard, &parts_by_owner, read_committed, held.bytes).await;
         let total_bytes: usize = answers
             .iter()
             .map(|(_, d)| d.records.as_ref().map_or(0, Bytes::len))
             .sum();
+        held.shrink_to(total_bytes);
         let failed = answers.iter().any(|(_, d)| d.error_code != NONE);
         for ((topic_index, partition_index), data) in answers {
             response.responses[topic_index].partitions[partition_index] = data;
         }
         if total_bytes >= min_bytes || failed || Instant::now() >= deadline {
-            break;
+            break held;
         }
+        drop(held); // nothing worth holding while waiting
         wait_for_data(shard, &parts_by_owner, deadline).await;
-    }
+    };
     trim_to(&mut response, request.max_bytes.max(0) as usize);
     if version < 5 {
         // log_start_offset exists from v5 on; the codec refuses it in older versions.
@@ -115,7 +124,67 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> R
             partition.log_start_offset = -1;
         }
     }
-    ResponseKind::Fetch(response)
+    Reply::RespondHolding(Box::new(ResponseKind::Fetch(response)), held.reservations)
+}
+
+/// The most answer bytes one fetch asks for, whatever its `max_bytes` (a read is capped at
+/// this too).
+const ANSWER_BYTES_MAX: usize = 64 << 20;
+
+/// What a fetch's answer may hold until it is written, and the reservations behind it.
+struct AnswerHold {
+    bytes: usize,
+    reservations: Vec<Reservation>,
+}
+
+impl AnswerHold {
+    /// Gives back what the answer did not use (a batch past the grant keeps what it has).
+    fn shrink_to(&mut self, used_bytes: usize) {
+        self.bytes = self.bytes.min(used_bytes);
+        for reservation in &mut self.reservations {
+            reservation.shrink_to(used_bytes);
+        }
+    }
+}
+
+/// Reserves answer memory for a fetch: up to `want_bytes`, less when the budgets are short,
+/// at least the floor (one whole batch, KIP-74) after waiting for it, or at once from the
+/// reserve when the connection keeps up with its answers.
+async fn reserve_answer(shard: &Shard, outbox: Option<&Outbox>, want_bytes: usize) -> AnswerHold {
+    let floor = want_bytes.min(shard.config.response_floor_bytes());
+    let mut reservations = Vec::with_capacity(2);
+    let mut grant = want_bytes;
+    if let Some(outbox) = outbox {
+        // A client that stopped reading waits here, holding nothing of the shard's.
+        let mut own = outbox.budget.reserve(floor).await;
+        own.try_grow((want_bytes - floor).min(outbox.budget.available_bytes()));
+        grant = own.bytes();
+        reservations.push(own);
+    }
+    let budget = &shard.response_budget;
+    let keeps_up = outbox.is_none_or(Outbox::keeps_up);
+    // Units another fetch already waits for are not free for this one.
+    let free = budget.available_bytes();
+    let taken = match budget.try_reserve(grant) {
+        Some(taken) => Some(taken),
+        None if free >= floor => budget.try_reserve(free),
+        None => None,
+    };
+    let taken = match taken {
+        Some(taken) => taken,
+        None => match keeps_up.then(|| shard.response_reserve.try_reserve(floor)) {
+            Some(Some(taken)) => taken,
+            _ => budget.reserve(floor).await,
+        },
+    };
+    grant = taken.bytes();
+    reservations.push(taken);
+    let mut hold = AnswerHold {
+        bytes: grant,
+        reservations,
+    };
+    hold.shrink_to(grant);
+    hold
 }
 
 fn empty_partition(index: i32, read_committed: bool) -> PartitionData {

@@ -85,7 +85,7 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
     let version = request.api_version;
     let respond = |body: ResponseKind| Reply::Respond(Box::new(body));
     match request.body {
-        RequestKind::Fetch(body) => respond(fetch::handle(&shard, body, version).await),
+        RequestKind::Fetch(body) => fetch::handle(&shard, body, version, request.outbox).await,
         RequestKind::ListOffsets(body) => {
             respond(list_offsets::handle(&shard, body, version).await)
         }

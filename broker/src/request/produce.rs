@@ -80,14 +80,19 @@ pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> 
             continue;
         }
         let job = move |owner: Rc<Shard>| append_on_owner(owner, parts, acks);
-        // Every part runs from here on, whatever the answer awaits first.
+        // Every part runs from here on, whatever the answer awaits first, and to its end
+        // even if the client leaves and the answer is given up.
         let pending = shard.router.dispatch(shard, owner, job).await;
-        calls.push(pending.map(glommio::spawn_local));
+        calls.push((
+            owner,
+            pending.map(|pending| glommio::spawn_local(pending).detach()),
+        ));
     }
     Box::pin(async move {
-        for call in calls {
+        for (owner, call) in calls {
             let answers = match call {
-                Ok(task) => task.await,
+                // None only if the shard stopped under the task.
+                Ok(task) => task.await.unwrap_or(Err(shard::ShardStopped(owner))),
                 Err(stopped) => Err(stopped),
             };
             let answers = match answers {
