@@ -47,9 +47,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# A free port: ask the kernel for one, then release it for the node.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
-    || echo $((20000 + RANDOM % 20000)))
+# A port below the kernel's ephemeral range (ip_local_port_range), where no client's source
+# port can take it; a taken one makes the node exit with "address already in use".
+port=$((20000 + RANDOM % 10000))
 listener="PLAINTEXT://127.0.0.1:$port"
 io_mode=()
 [ -n "${LOG_IO_MODE:-}" ] && io_mode=(--set "log.io.mode=$LOG_IO_MODE")
@@ -69,18 +69,17 @@ echo "==> starting ringlog on 127.0.0.1:$port ($cores core(s), data in $dir)" >&
     "${io_mode[@]}" >"$dir/ringlog.log" 2>&1 &
 pid=$!
 
+# Ready means every shard has opened its partitions and the listener accepts ("ready" line).
 for _ in $(seq 1 300); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        break
-    fi
+    grep -q ' ready ' "$dir/ringlog.log" 2>/dev/null && break
     if ! kill -0 "$pid" 2>/dev/null; then
-        echo "ringlog exited before listening; its log:" >&2
+        echo "ringlog exited before it was ready; its log:" >&2
         cat "$dir/ringlog.log" >&2
         exit 1
     fi
     sleep 0.1
 done
-(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "ringlog never listened on $port" >&2; exit 1; }
+grep -q ' ready ' "$dir/ringlog.log" || { echo "ringlog was not ready after 30 s" >&2; exit 1; }
 
 if [ -n "${RINGLOG_BIN:-}" ]; then
     label="ringlog $RINGLOG_BIN, $cores core(s)"

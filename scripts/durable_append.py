@@ -3,12 +3,15 @@
 
 Appends BLOCK-sized O_DIRECT writes to a fallocated file in DIR, making each durable before
 the next (write + fdatasync, or one write with RWF_DSYNC), and prints latency percentiles.
+With --write-only there is no sync: the O_DIRECT write alone, the bound for acks=1 (which
+is answered once the write holding the batch completes).
 Run it pinned to the CPU the node runs on, beside `ringlog-bench produce --acks all
 --max-in-flight 1`:
 
     taskset -c 0 scripts/durable_append.py /work/data            # into newly allocated blocks
     taskset -c 0 scripts/durable_append.py /work/data --written   # into written blocks (spares)
     taskset -c 0 scripts/durable_append.py /work/data --dsync     # RWF_DSYNC instead of fdatasync
+    taskset -c 0 scripts/durable_append.py /work/data --write-only --block 1048576  # acks=1's bound
 """
 
 import argparse
@@ -30,6 +33,8 @@ def main():
                         help="write the file once first, so appends overwrite written blocks")
     parser.add_argument("--dsync", action="store_true",
                         help="one pwritev2(RWF_DSYNC) per append instead of pwrite + fdatasync")
+    parser.add_argument("--write-only", action="store_true",
+                        help="the O_DIRECT write alone, no fdatasync (acks=1's bound)")
     args = parser.parse_args()
     if args.block % 4096:
         parser.error("--block must be a multiple of 4096 (O_DIRECT)")
@@ -52,6 +57,8 @@ def main():
             start = time.perf_counter_ns()
             if args.dsync:
                 os.pwritev(fd, [buf], offset, os.RWF_DSYNC)
+            elif args.write_only:
+                os.pwrite(fd, buf, offset)
             else:
                 os.pwrite(fd, buf, offset)
                 os.fdatasync(fd)
@@ -60,7 +67,8 @@ def main():
         os.close(fd)
         os.unlink(path)
     took.sort()
-    kind = "RWF_DSYNC write" if args.dsync else "write + fdatasync"
+    kind = ("RWF_DSYNC write" if args.dsync else "O_DIRECT write" if args.write_only
+            else "write + fdatasync")
     blocks = "written" if args.written else "new"
     print(f"{kind}, {args.block} B into {blocks} blocks, {args.count} times: "
           f"p50 {percentile(took, 0.5):.0f} us, p90 {percentile(took, 0.9):.0f} us, "
