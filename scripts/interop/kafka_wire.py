@@ -423,3 +423,55 @@ def fetch_v4_request(topic, partition, offset, correlation_id, max_bytes=50 << 2
             + array([string(topic) + array([int32(partition) + int64(offset)
                                             + int32(partition_max_bytes)])]))
     return request(FETCH, 4, correlation_id, body)
+
+
+# --- ListOffsets (key 2) ---------------------------------------------------
+
+def compact_array(items):
+    """uvarint(n + 1)-counted array of already-encoded items (flexible versions)."""
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+def list_offsets_request(version, topic, partition, timestamp, correlation_id):
+    """v4 and later (leader epoch fields); v6 and later are flexible."""
+    assert version >= 4
+    flexible = version >= 6
+    part = int32(partition) + int32(-1) + int64(timestamp)
+    if flexible:
+        part += uvarint(0)
+        topics = compact_array([compact_string(topic) + compact_array([part]) + uvarint(0)])
+    else:
+        topics = array([string(topic) + array([part])])
+    body = int32(-1) + int8(0) + topics
+    if version >= 10:
+        body += int32(5000)  # timeout_ms
+    if flexible:
+        body += uvarint(0)
+    return request(LIST_OFFSETS, version, correlation_id, body, flexible=flexible)
+
+
+def parse_list_offsets(version, body):
+    """Returns {(topic, partition): (error, timestamp, offset, leader_epoch)}."""
+    r = Reader(body)
+    flexible = version >= 6
+    r.int32()  # throttle_time_ms
+
+    def part(r):
+        fields = r.int32(), r.int16(), r.int64(), r.int64(), r.int32()
+        if flexible:
+            r.tagged_fields()
+        return fields
+
+    def topic(r):
+        name = r.compact_string() if flexible else r.string()
+        parts = r.compact_array(part) if flexible else r.array(part)
+        if flexible:
+            r.tagged_fields()
+        return name, parts
+
+    topics = r.compact_array(topic) if flexible else r.array(topic)
+    out = {}
+    for name, parts in topics:
+        for index, error, timestamp, offset, epoch in parts:
+            out[(name, index)] = (error, timestamp, offset, epoch)
+    return out

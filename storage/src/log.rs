@@ -1831,6 +1831,37 @@ impl Log {
         Ok(None)
     }
 
+    /// The first record with the log's largest timestamp, as `(offset, timestamp)`: the
+    /// max-timestamp query of ListOffsets (KIP-734). `None` when no batch has a timestamp.
+    /// A compressed batch answers with its base offset, as in `offset_for_timestamp`.
+    pub async fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, StorageError> {
+        let found = {
+            let state = self.inner.state.borrow();
+            // The earliest segment holding the largest timestamp, as Kafka picks it.
+            let mut best: Option<&Segment> = None;
+            for segment in &state.segments {
+                if segment.max_timestamp != TIMESTAMP_NONE
+                    && best.is_none_or(|b| segment.max_timestamp > b.max_timestamp)
+                {
+                    best = Some(segment);
+                }
+            }
+            best.map(|s| (s.offset_of_max_timestamp, s.max_timestamp))
+        };
+        let Some((batch_offset, timestamp)) = found else {
+            return Ok(None);
+        };
+        match self.read(batch_offset, 1).await {
+            Ok(read) => Ok(Some(
+                crate::batch::first_record_at_or_after(&read.records, timestamp)
+                    .unwrap_or((batch_offset, timestamp)),
+            )),
+            Err(ReadError::Storage(error)) => Err(error),
+            // Retention removed the segment meanwhile.
+            Err(ReadError::OffsetOutOfRange { .. }) => Ok(None),
+        }
+    }
+
     /// Kafka answers a time query per record: the first record of `batch` at or after
     /// `timestamp`. A compressed batch (or one that cannot be read) answers with its base
     /// offset, which is at or before that record.

@@ -307,6 +307,37 @@ fn offset_for_timestamp_finds_first_record_at_or_after() {
 }
 
 #[test]
+fn max_timestamp_record_is_the_first_with_the_largest_timestamp() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(3, 0).len() as u64;
+            let config = LogConfig {
+                segment_bytes_max: batch_bytes * 2,
+                ..config(mode)
+            };
+            let log = open(dir.path(), config.clone()).await;
+            assert_eq!(log.max_timestamp_record().await.expect("lookup"), None);
+            // Record i of a batch appended with `ts` has timestamp ts + i: the largest,
+            // 5_002, is offset 8, and offset 14 (in a later segment) carries it again.
+            for ts in [1_000, 3_000, 5_000, 2_000, 5_000] {
+                log.append(&batch(3, ts), 0, 0).expect("append");
+            }
+            assert_eq!(
+                log.max_timestamp_record().await.expect("lookup"),
+                Some((8, 5_002))
+            );
+            log.close().await.expect("close");
+            let log = open(dir.path(), config).await;
+            assert_eq!(
+                log.max_timestamp_record().await.expect("lookup"),
+                Some((8, 5_002))
+            );
+        });
+    }
+}
+
+#[test]
 fn reopen_after_clean_close_skips_recovery() {
     for mode in modes() {
         run(move || async move {

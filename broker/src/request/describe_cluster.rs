@@ -1,12 +1,16 @@
-//! DescribeCluster: this node is the whole cluster and its controller.
+//! DescribeCluster: this node is the whole cluster and its controller, never fenced (v2
+//! lists fenced brokers only when asked, and there are none).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, ResponseKind};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorized;
 use crate::shard_state::Shard;
 
-pub fn handle(shard: &Shard) -> ResponseKind {
+pub fn handle(shard: &Shard, request: DescribeClusterRequest) -> ResponseKind {
     let config = &shard.config;
     let broker = DescribeClusterBroker::default()
         .with_broker_id(BrokerId(config.node_id))
@@ -18,6 +22,9 @@ pub fn handle(shard: &Shard) -> ResponseKind {
             .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
             .with_controller_id(BrokerId(config.node_id))
             .with_brokers(vec![broker])
-            .with_cluster_authorized_operations(i32::MIN),
+            .with_cluster_authorized_operations(authorized::if_asked(
+                request.include_cluster_authorized_operations,
+                authorized::CLUSTER,
+            )),
     )
 }

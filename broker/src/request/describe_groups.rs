@@ -7,6 +7,7 @@ use kafka_protocol::messages::describe_groups_response::{DescribedGroup, Describ
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorized;
 use super::group_route::{on_coordinator, string};
 use crate::shard_state::Shard;
 
@@ -29,6 +30,10 @@ pub async fn handle(
         described.push(match found {
             Err(error_code) => answer.with_error_code(error_code),
             Ok(description) => answer
+                .with_authorized_operations(authorized::if_asked(
+                    request.include_authorized_operations,
+                    authorized::GROUP,
+                ))
                 .with_group_state(StrBytes::from_static_str(description.state))
                 .with_protocol_type(text(description.protocol_type))
                 .with_protocol_data(text(description.protocol))

@@ -1,6 +1,10 @@
-//! ListOffsets: earliest (-2), latest (-1), or the first offset whose batch timestamp is at
-//! or after a time, through the time index; asked of each owner. Versions up to 6, so the
-//! max-timestamp query (-3, v7) is never asked.
+//! ListOffsets: earliest (-2), latest (-1), the record with the largest timestamp (-3,
+//! v7), the earliest local offset (-4, v8) and the latest tiered one (-5, v9), or the first
+//! offset whose record timestamp is at or after a time, through the time index; asked of
+//! each owner. Only what consumers may read counts (the high watermark), under either
+//! isolation level until transactions exist. Without tiered storage the local log is the
+//! whole log, and nothing is tiered: -4 answers the log start offset and -5 no offset, as
+//! Kafka does. v10's timeout bounds remote lookups, of which there are none.
 
 use std::rc::Rc;
 
@@ -15,6 +19,9 @@ use crate::shard_state::Shard;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
 
 pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest, version: i16) -> ResponseKind {
     let mut response = ListOffsetsResponse::default();
@@ -71,15 +78,40 @@ async fn offset_on_owner(
         .with_timestamp(-1)
         // The leader epoch exists from v4 on; the codec refuses it in older versions.
         .with_leader_epoch(if version >= 4 { 0 } else { -1 });
+    // A query the version cannot carry is refused as Kafka refuses it.
+    let since = match timestamp {
+        MAX_TIMESTAMP => 7,
+        EARLIEST_LOCAL => 8,
+        LATEST_TIERED => 9,
+        _ => 0,
+    };
+    if version < since {
+        return answer
+            .with_error_code(code(ResponseError::UnsupportedVersion))
+            .with_offset(-1);
+    }
+    let visible = partition.high_watermark();
+    let found = |answer: ListOffsetsPartitionResponse, offset: i64, timestamp: i64| {
+        if offset < visible {
+            answer.with_offset(offset).with_timestamp(timestamp)
+        } else {
+            answer.with_offset(-1)
+        }
+    };
     match timestamp {
-        LATEST => answer.with_offset(partition.high_watermark()),
-        EARLIEST => answer.with_offset(partition.log.log_start_offset()),
+        LATEST => answer.with_offset(visible),
+        EARLIEST | EARLIEST_LOCAL => answer.with_offset(partition.log.log_start_offset()),
+        LATEST_TIERED => answer.with_offset(-1).with_leader_epoch(-1),
+        MAX_TIMESTAMP => match partition.log.max_timestamp_record().await {
+            Ok(Some((offset, found_at))) => found(answer, offset, found_at),
+            Ok(None) => answer.with_offset(-1),
+            Err(error) => answer
+                .with_error_code(errors::storage_error(&error))
+                .with_offset(-1),
+        },
         0.. => match partition.log.offset_for_timestamp(timestamp).await {
-            // Only what consumers may read counts, as in Kafka.
-            Ok(Some((offset, found))) if offset < partition.high_watermark() => {
-                answer.with_offset(offset).with_timestamp(found)
-            }
-            Ok(_) => answer.with_offset(-1),
+            Ok(Some((offset, found_at))) => found(answer, offset, found_at),
+            Ok(None) => answer.with_offset(-1),
             Err(error) => answer
                 .with_error_code(errors::storage_error(&error))
                 .with_offset(-1),

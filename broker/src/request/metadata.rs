@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorized;
 use crate::controller::{validate_topic_name, Controller, TopicSpec};
 use crate::errors::code;
 use crate::metadata::TopicMeta;
@@ -55,6 +56,11 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             }
         }
     }
+    if request.include_topic_authorized_operations {
+        for topic in topics.iter_mut().filter(|topic| topic.error_code == 0) {
+            topic.topic_authorized_operations = authorized::TOPIC;
+        }
+    }
     fit_to_version(&mut topics, version);
     let broker = MetadataResponseBroker::default()
         .with_node_id(node)
@@ -68,7 +74,11 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             )
             .with_controller_id(if version >= 1 { node } else { BrokerId(-1) })
             .with_topics(topics)
-            .with_cluster_authorized_operations(i32::MIN),
+            // Asked only in v8-v10; later versions ask DescribeCluster.
+            .with_cluster_authorized_operations(authorized::if_asked(
+                request.include_cluster_authorized_operations,
+                authorized::CLUSTER,
+            )),
     )
 }
 
@@ -118,7 +128,7 @@ fn describe(topic: &TopicMeta, node: BrokerId) -> MetadataResponseTopic {
         .with_topic_id(topic.id)
         .with_is_internal(topic.name.starts_with("__"))
         .with_partitions(partitions)
-        .with_topic_authorized_operations(i32::MIN)
+        .with_topic_authorized_operations(authorized::NOT_ASKED)
 }
 
 /// Clears fields the requested version does not have: the codec refuses to encode a field

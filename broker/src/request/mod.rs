@@ -2,6 +2,7 @@
 //! split by owner, run the owners' parts through the router, merge in request order.
 
 mod api_versions;
+mod authorized;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -38,14 +39,14 @@ pub fn supported_apis() -> SupportedApis {
     SupportedApis::new(&[
         (ApiKey::Produce, 3, 11),
         (ApiKey::Fetch, 4, 12),
-        (ApiKey::ListOffsets, 1, 6),
+        (ApiKey::ListOffsets, 1, 10),
         (ApiKey::Metadata, 0, 12),
         (ApiKey::ApiVersions, 0, 4),
         (ApiKey::CreateTopics, 2, 7),
         (ApiKey::DeleteTopics, 1, 6),
         (ApiKey::DescribeConfigs, 1, 4),
         (ApiKey::CreatePartitions, 0, 3),
-        (ApiKey::DescribeCluster, 0, 1),
+        (ApiKey::DescribeCluster, 0, 2),
         (ApiKey::FindCoordinator, 0, 4),
         (ApiKey::JoinGroup, 0, 9),
         (ApiKey::SyncGroup, 0, 5),
@@ -53,7 +54,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::LeaveGroup, 0, 5),
         (ApiKey::OffsetCommit, 2, 8),
         (ApiKey::OffsetFetch, 1, 8),
-        (ApiKey::ListGroups, 0, 4),
+        (ApiKey::ListGroups, 0, 5),
         (ApiKey::DescribeGroups, 0, 5),
         (ApiKey::DeleteGroups, 0, 2),
         (ApiKey::OffsetDelete, 0, 0),
@@ -101,7 +102,7 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::CreatePartitions(body) => {
             respond(create_partitions::handle(&shard, body).await)
         }
-        RequestKind::DescribeCluster(_) => respond(describe_cluster::handle(&shard)),
+        RequestKind::DescribeCluster(body) => respond(describe_cluster::handle(&shard, body)),
         RequestKind::FindCoordinator(body) => {
             respond(find_coordinator::handle(&shard, body, version).await)
         }
