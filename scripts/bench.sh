@@ -3,7 +3,8 @@
 #
 # Builds ringlog and ringlog-bench in release, starts `ringlog serve` on a temporary log dir
 # and a free 127.0.0.1 port, runs `ringlog-bench matrix` (acks 0, 1, all × 100 B and 1 KiB by
-# default), prints table.txt, and stops the node (also on failure or Ctrl-C).
+# default, with the node's CPU-seconds per million messages), prints table.txt, and stops
+# the node (also on failure or Ctrl-C).
 #
 #   scripts/bench.sh                                  the default matrix
 #   scripts/bench.sh --duration 30s --warmup 5s       extra arguments go to `ringlog-bench matrix`
@@ -11,11 +12,28 @@
 #   RINGLOG_CORES=1 LOG_IO_MODE=buffered scripts/bench.sh
 #   KEEP_DATA=1 scripts/bench.sh                      keep the node's log dir and log
 #   RINGLOG_BIN=path/to/ringlog scripts/bench.sh      use that broker binary instead of building one
+#   scripts/bench.sh --peer kafka                     the same matrix against Apache Kafka too
+#   ROUNDS=3 scripts/bench.sh --peer kafka            ringlog, Kafka, ringlog, ... (medians)
+#   KAFKA_PROFILE=flush scripts/bench.sh --peer kafka Kafka fsyncing every append (peer-kafka.sh)
+#   WARMUP_RUN=30s scripts/bench.sh --peer kafka      how long each broker runs before its matrix
+#
+# With --peer kafka, scripts/peer-kafka.sh runs Apache Kafka (one node, pinned to the node's
+# CPUs as ringlog is) and each broker gets a fresh data directory for each round; the
+# report folder holds one sub-folder per broker and round and a table.txt with both brokers
+# and their ratio per cell (scripts/bench_compare.py).
 #
 # Defaults: the node gets 1 core (RINGLOG_CORES), pinned to the first CPUs with taskset, and
 # the generator the remaining CPUs; the report goes to target/bench-reports/<UTC date>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+peer=
+if [ "${1:-}" = --peer ]; then
+    peer=${2:-}
+    [ "$peer" = kafka ] || { echo "bench.sh: --peer takes kafka" >&2; exit 2; }
+    shift 2
+fi
+rounds=${ROUNDS:-1}
 
 target=${CARGO_TARGET_DIR:-target}
 out=${OUT:-$target/bench-reports/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -34,11 +52,16 @@ fi
 
 dir=$(mktemp -d -t ringlog-bench.XXXXXX)
 pid=
-cleanup() {
+stop_node() {
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         kill "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     fi
+    pid=
+}
+cleanup() {
+    stop_node
+    [ -n "$peer" ] && PEER_DIR="$dir/kafka" scripts/peer-kafka.sh stop 2>/dev/null
     if [ "${KEEP_DATA:-0}" = 1 ]; then
         echo "node data and log kept in $dir" >&2
     else
@@ -47,39 +70,18 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# A port below the kernel's ephemeral range (ip_local_port_range), where no client's source
-# port can take it; a taken one makes the node exit with "address already in use".
-port=$((20000 + RANDOM % 10000))
-listener="PLAINTEXT://127.0.0.1:$port"
 io_mode=()
 [ -n "${LOG_IO_MODE:-}" ] && io_mode=(--set "log.io.mode=$LOG_IO_MODE")
 
 # Keep the node and the generator on separate CPUs: both pin one executor per CPU they may
 # use, so without this they would share the first CPU.
 cpus=$(nproc)
-node_cpus=(); bench_cpus=()
+node_cpus=(); bench_cpus=(); peer_cpus=()
 if [ "$cpus" -gt "$cores" ]; then
     node_cpus=(taskset -c "0-$((cores - 1))")
     bench_cpus=(taskset -c "$cores-$((cpus - 1))")
+    peer_cpus=(--cpus "0-$((cores - 1))")
 fi
-
-echo "==> starting ringlog on 127.0.0.1:$port ($cores core(s), data in $dir)" >&2
-"${node_cpus[@]}" "$ringlog" serve --cores "$cores" \
-    --set "log.dirs=$dir/data" --set "listeners=$listener" --set "advertised.listeners=$listener" \
-    "${io_mode[@]}" >"$dir/ringlog.log" 2>&1 &
-pid=$!
-
-# Ready means every shard has opened its partitions and the listener accepts ("ready" line).
-for _ in $(seq 1 300); do
-    grep -q ' ready ' "$dir/ringlog.log" 2>/dev/null && break
-    if ! kill -0 "$pid" 2>/dev/null; then
-        echo "ringlog exited before it was ready; its log:" >&2
-        cat "$dir/ringlog.log" >&2
-        exit 1
-    fi
-    sleep 0.1
-done
-grep -q ' ready ' "$dir/ringlog.log" || { echo "ringlog was not ready after 30 s" >&2; exit 1; }
 
 if [ -n "${RINGLOG_BIN:-}" ]; then
     label="ringlog $RINGLOG_BIN, $cores core(s)"
@@ -88,19 +90,88 @@ else
 fi
 [ -n "${LOG_IO_MODE:-}" ] && label="$label, log.io.mode=$LOG_IO_MODE"
 
-echo "==> ringlog-bench matrix -> $out" >&2
 status=0
-"${bench_cpus[@]}" "$target/release/ringlog-bench" matrix --bootstrap-server "127.0.0.1:$port" --output "$out" \
-    --broker-label "$label" "$@" >/dev/null || status=$?
+matrix() { # report-dir bootstrap broker-pid label matrix-args...
+    local report=$1 bootstrap=$2 broker_pid=$3 name=$4
+    shift 4
+    if [ -n "$peer" ]; then
+        # Both brokers run a while before they are measured: a JVM compiles its hot paths
+        # in its first seconds, which is not what a running Kafka costs.
+        echo "==> warming $name up (${WARMUP_RUN:-10s} at acks=1)" >&2
+        "${bench_cpus[@]}" "$target/release/ringlog-bench" produce --bootstrap-server "$bootstrap" \
+            --topic bench-warmup --acks 1 --duration "${WARMUP_RUN:-10s}" --warmup 0s >/dev/null \
+            || status=$?
+    fi
+    echo "==> ringlog-bench matrix against $name -> $report" >&2
+    "${bench_cpus[@]}" "$target/release/ringlog-bench" matrix --bootstrap-server "$bootstrap" \
+        --output "$report" --broker-label "$name" --broker-pid "$broker_pid" "$@" >/dev/null \
+        || status=$?
+}
 
-if [ -f "$out/table.txt" ]; then
+run_ringlog() { # report-dir matrix-args...
+    local report=$1 data="$dir/ringlog-$RANDOM"
+    shift
+    # A port below the kernel's ephemeral range (ip_local_port_range), where no client's
+    # source port can take it; a taken one makes the node exit with "address already in use".
+    local port=$((20000 + RANDOM % 10000))
+    local listener="PLAINTEXT://127.0.0.1:$port"
+    echo "==> starting ringlog on 127.0.0.1:$port ($cores core(s), data in $data)" >&2
+    mkdir -p "$data"
+    "${node_cpus[@]}" "$ringlog" serve --cores "$cores" \
+        --set "log.dirs=$data/data" --set "listeners=$listener" \
+        --set "advertised.listeners=$listener" "${io_mode[@]}" >"$data/ringlog.log" 2>&1 &
+    pid=$!
+    # Ready means every shard has opened its partitions and the listener accepts.
+    for _ in $(seq 1 300); do
+        grep -q ' ready ' "$data/ringlog.log" 2>/dev/null && break
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "ringlog exited before it was ready; its log:" >&2
+            cat "$data/ringlog.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    grep -q ' ready ' "$data/ringlog.log" || { echo "ringlog was not ready after 30 s" >&2; exit 1; }
+    local before=$status
+    matrix "$report" "127.0.0.1:$port" "$pid" "$label" "$@"
+    if [ "$status" -ne "$before" ]; then
+        echo "last lines of the node's log:" >&2
+        tail -n 20 "$data/ringlog.log" >&2
+    fi
+    stop_node
+    rm -rf "$data"
+}
+
+run_kafka() { # report-dir matrix-args...
+    local report=$1
+    shift
+    PEER_DIR="$dir/kafka" scripts/peer-kafka.sh start --profile "${KAFKA_PROFILE:-default}" \
+        "${peer_cpus[@]}"
+    local kafka_pid
+    kafka_pid=$(PEER_DIR="$dir/kafka" scripts/peer-kafka.sh pid)
+    matrix "$report" 127.0.0.1:19192 "$kafka_pid" \
+        "$(PEER_DIR="$dir/kafka" scripts/peer-kafka.sh version), $cores CPU(s), profile ${KAFKA_PROFILE:-default}" "$@"
+    PEER_DIR="$dir/kafka" scripts/peer-kafka.sh stop
+}
+
+if [ -z "$peer" ]; then
+    run_ringlog "$out" "$@"
+    if [ -f "$out/table.txt" ]; then
+        cat "$out/table.txt"
+        echo
+        echo "report: $out (table.txt, results.json, *.hgrm, latency-acks*.svg and .png)"
+    fi
+else
+    for round in $(seq 1 "$rounds"); do
+        run_ringlog "$out/ringlog-$round" "$@"
+        run_kafka "$out/kafka-$round" "$@"
+    done
+    python3 scripts/bench_compare.py "$out" >"$out/table.txt"
     cat "$out/table.txt"
     echo
-    echo "report: $out (table.txt, results.json, *.hgrm, latency-acks*.svg and .png)"
+    echo "report: $out (table.txt; ringlog-N/ and kafka-N/: each round's matrix report)"
 fi
 if [ "$status" -ne 0 ]; then
-    echo "ringlog-bench matrix exited $status (errors are listed in $out/results.json)" >&2
-    echo "last lines of the node's log:" >&2
-    tail -n 20 "$dir/ringlog.log" >&2
+    echo "ringlog-bench matrix exited $status (errors are listed in the results.json files)" >&2
 fi
 exit "$status"

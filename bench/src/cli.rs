@@ -107,6 +107,10 @@ pub struct LoadArgs {
     /// Producer connections, spread over cores.
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
+    /// The broker's process id, when it runs on this machine: produce and matrix runs then
+    /// report the broker's CPU-seconds per million messages (from /proc/<pid>/stat).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
     /// Broker-side timeout for acks (Kafka's request timeout).
     #[arg(long, default_value_t = 30_000)]
     pub request_timeout_ms: i32,

@@ -40,6 +40,9 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
     if load.message_size < 8 {
         bail!("e2e needs --message-size of at least 8 bytes (the send time rides in the value)");
     }
+    if load.broker_pid.is_some() {
+        bail!("--broker-pid is for produce and matrix runs");
+    }
     let rate = load.rate.unwrap_or(DEFAULT_RATE);
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();
@@ -157,6 +160,8 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
         errors,
         log_end_offset_total: None,
         checksum: None,
+        broker_cpu_s: None,
+        broker_cpu_s_per_million: None,
     })
 }
 

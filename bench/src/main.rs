@@ -4,6 +4,7 @@
 //! - Exit status 0 only when every run finished without a broker or connection error;
 //!   1 when a run counted errors; 2 when it could not run at all.
 
+mod broker_cpu;
 mod cli;
 mod client;
 mod consume;

@@ -27,6 +27,7 @@ use futures_lite::AsyncWriteExt;
 use hdrhistogram::Histogram;
 use kafka_protocol::messages::ProduceRequest;
 
+use crate::broker_cpu;
 use crate::cli::{acks_name, LoadArgs, Payload};
 use crate::client::{self, error_name, Connection, PartitionLeader, TopicSpec};
 use crate::cores::{self, Counters, Progress};
@@ -254,6 +255,10 @@ pub fn run(
         leaders
     };
     let plan = Plan::new(topic, load, dry_run, false);
+    let broker_cpu = load
+        .broker_pid
+        .map(|pid| broker_cpu::Window::open(pid, plan.timeline.warmup_end_ns))
+        .transpose()?;
     let assignments = assign(producers, cores, &leaders, load.messages, load.rate);
     let progress = Progress::new(cores);
     let printer = progress.start_printer(if dry_run { "dry-run" } else { "produce" });
@@ -269,6 +274,7 @@ pub fn run(
         })?
     };
     progress.finish(printer);
+    let broker_cpu_s = broker_cpu.map(broker_cpu::Window::finish).transpose()?;
     let mut total = Tally::new();
     for t in tallies {
         total.merge(t);
@@ -300,7 +306,7 @@ pub fn run(
     } else {
         None
     };
-    let summary = summarize(
+    let mut summary = summarize(
         &plan,
         load,
         producers,
@@ -309,6 +315,7 @@ pub fn run(
         &total,
         log_end_offset_total,
     );
+    summary.set_broker_cpu(broker_cpu_s);
     Ok(Outcome {
         summary,
         hist: total.hist,
@@ -369,6 +376,8 @@ fn summarize(
         errors: t.errors.clone(),
         log_end_offset_total,
         checksum: plan.dry_run.then_some(t.checksum),
+        broker_cpu_s: None,
+        broker_cpu_s_per_million: None,
     }
 }
 
@@ -792,6 +801,7 @@ pub(crate) mod tests {
             producers: 2,
             request_timeout_ms: 30_000,
             seed: 1,
+            broker_pid: None,
         }
     }
 
@@ -856,6 +866,7 @@ pub(crate) mod tests {
             producers: 2,
             request_timeout_ms: 30_000,
             seed: 1,
+            broker_pid: None,
         };
         let out = run("127.0.0.1:1", "t", &spec(1), 0, &load, true).expect("dry run");
         assert_eq!(out.summary.sent, 100_000);

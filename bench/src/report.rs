@@ -300,11 +300,25 @@ pub struct Summary {
     pub log_end_offset_total: Option<i64>,
     /// XOR of every batch CRC (dry runs): proof the work was done.
     pub checksum: Option<u32>,
+    /// The broker's CPU-seconds in the measured window (with --broker-pid).
+    #[serde(default)]
+    pub broker_cpu_s: Option<f64>,
+    /// The same per million measured messages.
+    #[serde(default)]
+    pub broker_cpu_s_per_million: Option<f64>,
 }
 
 impl Summary {
     pub fn ok(&self) -> bool {
         self.errors.is_empty()
+    }
+
+    /// Records the broker's CPU-seconds of the measured window, and per million messages.
+    pub fn set_broker_cpu(&mut self, cpu_s: Option<f64>) {
+        self.broker_cpu_s = cpu_s;
+        self.broker_cpu_s_per_million = cpu_s
+            .filter(|_| self.measured_messages > 0)
+            .map(|cpu| cpu / (self.measured_messages as f64 / 1e6));
     }
 
     pub fn error_count(&self) -> u64 {
@@ -358,6 +372,12 @@ impl Summary {
                 l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms, l.count
             );
         }
+        if let (Some(cpu), Some(per_million)) = (self.broker_cpu_s, self.broker_cpu_s_per_million) {
+            let _ = writeln!(
+                s,
+                "broker CPU: {cpu:.2} s in the measured window, {per_million:.3} s per million messages"
+            );
+        }
         if let Some(c) = self.checksum {
             let _ = writeln!(
                 s,
@@ -398,9 +418,10 @@ pub fn fmt_rate(r: f64) -> String {
 pub fn table(env: &Environment, runs: &[Summary]) -> String {
     let mut out = env.header();
     out.push('\n');
+    let cpu = runs.iter().any(|r| r.broker_cpu_s_per_million.is_some());
     let _ = writeln!(
         out,
-        "{:>6} {:>5} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:>6} {:>5} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}{}",
         "size",
         "acks",
         "msgs/s",
@@ -411,7 +432,8 @@ pub fn table(env: &Environment, runs: &[Summary]) -> String {
         "p99.9 ms",
         "p99.99",
         "max ms",
-        "errors"
+        "errors",
+        if cpu { "  CPU s/M" } else { "" }
     );
     let mut sorted: Vec<&Summary> = runs.iter().collect();
     sorted.sort_by(|a, b| {
@@ -426,9 +448,14 @@ pub fn table(env: &Environment, runs: &[Summary]) -> String {
                 format!("{v:.3}")
             }
         };
+        let cpu_column = match (cpu, r.broker_cpu_s_per_million) {
+            (false, _) => String::new(),
+            (true, Some(per_million)) => format!(" {per_million:>9.3}"),
+            (true, None) => format!(" {:>9}", "-"),
+        };
         let _ = writeln!(
             out,
-            "{:>6} {:>5} {:>12.0} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "{:>6} {:>5} {:>12.0} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}{cpu_column}",
             r.message_bytes,
             r.acks,
             r.msgs_per_s,
@@ -443,6 +470,12 @@ pub fn table(env: &Environment, runs: &[Summary]) -> String {
         );
     }
     out.push_str("\nacks=0 has no acknowledgement, so no latency; its rate is the send rate.\n");
+    if cpu {
+        out.push_str(
+            "CPU s/M: the broker's CPU-seconds (user + system, /proc/<pid>/stat) per million \
+             messages in the measured window.\n",
+        );
+    }
     out
 }
 

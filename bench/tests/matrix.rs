@@ -5,7 +5,7 @@
 //! 1 KiB, a fixed message count, no warm-up), then read table.txt, results.json, every .hgrm
 //! and every plot. Each run produced to a fresh topic, so its log end offsets must equal the
 //! messages sent; acks 1/all runs must have every message acknowledged and one latency sample
-//! per message.
+//! per message. Given the node's pid, every run reports the node's CPU time.
 
 mod common;
 
@@ -36,6 +36,7 @@ fn short_matrix_against_ringlog_counts_every_message() {
             "2",
         ])
         .args(["--broker-label", "ringlog"])
+        .args(["--broker-pid", &node.pid().to_string()])
         .output()
         .expect("running ringlog-bench");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -47,6 +48,7 @@ fn short_matrix_against_ringlog_counts_every_message() {
         std::fs::read_to_string(&node.log).unwrap_or_default()
     );
     assert!(stdout.contains("p99.9"), "the table is printed:\n{stdout}");
+    assert!(stdout.contains("CPU s/M"), "the table has the CPU column:\n{stdout}");
 
     let table = std::fs::read_to_string(report.join("table.txt")).expect("table.txt");
     for needle in [
@@ -87,6 +89,11 @@ fn short_matrix_against_ringlog_counts_every_message() {
             "{what}: {r}"
         );
         assert_eq!(r["sent"].as_u64(), Some(MESSAGES), "{what}");
+        assert!(
+            r["broker_cpu_s"].as_f64().is_some_and(|cpu| cpu >= 0.0)
+                && r["broker_cpu_s_per_million"].is_f64(),
+            "{what}: the node's CPU time"
+        );
         assert_eq!(
             r["log_end_offset_total"].as_i64(),
             Some(MESSAGES as i64),

@@ -84,6 +84,10 @@ pub fn start_node(dir: &Path) -> (Node, SocketAddr) {
 }
 
 impl Node {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
