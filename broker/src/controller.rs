@@ -119,7 +119,7 @@ impl Controller {
             return Ok(topic);
         }
         controller.commit(MetadataRecord::CreateTopic(topic.clone()))?;
-        Controller::publish(shard).await?;
+        Controller::publish(shard, topic.id).await?;
         Ok(topic)
     }
 
@@ -150,7 +150,7 @@ impl Controller {
             ));
         }
         controller.commit(MetadataRecord::DeleteTopic { id })?;
-        Controller::publish(shard).await
+        Controller::publish(shard, id).await
     }
 
     /// Grows the topic to `partition_count` partitions.
@@ -195,7 +195,7 @@ impl Controller {
             id,
             partition_count,
         })?;
-        Controller::publish(shard).await
+        Controller::publish(shard, id).await
     }
 
     fn commit(&self, record: MetadataRecord) -> Result<(), Refusal> {
@@ -209,8 +209,10 @@ impl Controller {
             .map_err(|reason| Refusal::new(ResponseError::UnknownServerError, reason))
     }
 
-    /// Sends the current image to every shard and waits until each has installed it.
-    async fn publish(shard: &Rc<Shard>) -> Result<(), Refusal> {
+    /// Sends the current image to every shard and waits until each has installed it. Fails
+    /// if a shard could not open or delete a log of topic `concerning` (the one the request
+    /// changed); another topic's failed logs are that topic's trouble, and were logged.
+    async fn publish(shard: &Rc<Shard>, concerning: Uuid) -> Result<(), Refusal> {
         let controller = shard
             .controller
             .as_ref()
@@ -224,10 +226,13 @@ impl Controller {
                 shard
                     .router
                     .call(&shard, target, move |owner: Rc<Shard>| async move {
-                        owner
-                            .apply_image(image)
-                            .await
-                            .map_err(|error| error.to_string())
+                        match owner.install_image(image).await {
+                            Ok(failures) => failures
+                                .into_iter()
+                                .find(|(topic_id, _)| *topic_id == concerning)
+                                .map_or(Ok(()), |(_, error)| Err(error.to_string())),
+                            Err(error) => Err(error.to_string()),
+                        }
                     })
                     .await
             }));

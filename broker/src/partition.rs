@@ -119,7 +119,9 @@ impl Partition {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(partition = self.index, %error, "append refused");
+                    if !matches!(&error, AppendError::Storage(e) if !newly_failed(e)) {
+                        tracing::warn!(partition = self.index, %error, "append refused");
+                    }
                     return refused(errors::append_error(&error));
                 }
             }
@@ -139,7 +141,9 @@ impl Partition {
         match self.log.wait_written(end_offset).await {
             Ok(()) => errors::NONE,
             Err(error) => {
-                tracing::warn!(partition = self.index, %error, "write not completed");
+                if newly_failed(&error) {
+                    tracing::warn!(partition = self.index, %error, "write not completed");
+                }
                 errors::storage_error(&error)
             }
         }
@@ -151,7 +155,9 @@ impl Partition {
         match self.log.sync().await {
             Ok(()) => errors::NONE,
             Err(error) => {
-                tracing::error!(partition = self.index, %error, "sync failed");
+                if newly_failed(&error) {
+                    tracing::error!(partition = self.index, %error, "sync failed");
+                }
                 errors::storage_error(&error)
             }
         }
@@ -179,4 +185,11 @@ async fn follow_written(partition: Weak<Partition>) {
             None => return,
         }
     }
+}
+
+/// Whether an error is news: a log that failed logged its first error when it latched it
+/// (`storage::log`), and every request it refuses afterwards carries that same failure, so
+/// logging each one would flood the log, on a disk that may well be full.
+fn newly_failed(error: &StorageError) -> bool {
+    !matches!(error, StorageError::Failed { .. })
 }

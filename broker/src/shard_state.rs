@@ -13,6 +13,7 @@ use std::sync::Arc;
 use net::{Budget, SupportedApis};
 use shard::{Notify, Router};
 use storage::{BatchCache, Log, LogConfig};
+use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
@@ -106,13 +107,27 @@ impl Shard {
     }
 
     /// Installs `image` if it is newer than the current one: opens the logs of partitions
-    /// this shard now owns and closes and deletes those of topics that are gone.
+    /// this shard now owns and closes and deletes those of topics that are gone. Fails with
+    /// the first log it could not open or delete (see `install_image`).
     pub async fn apply_image(
         &self,
         image: Arc<MetadataImage>,
     ) -> Result<(), storage::StorageError> {
+        match self.install_image(image).await?.into_iter().next() {
+            Some((_, error)) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// As `apply_image`, with every log that could not be opened or deleted (a full or
+    /// failed disk), by topic id. Those fail only their own topic: the rest of the image is
+    /// still installed, and a partition left unopened is tried again by the next image.
+    pub async fn install_image(
+        &self,
+        image: Arc<MetadataImage>,
+    ) -> Result<Vec<(Uuid, storage::StorageError)>, storage::StorageError> {
         if image.epoch < self.image.borrow().epoch || self.stopped.get() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         *self.image.borrow_mut() = image.clone();
         // Topics that vanished or were re-created under a new id.
@@ -132,9 +147,14 @@ impl Shard {
             });
             gone
         };
+        let mut failures = Vec::new();
         for partition in gone {
             partition.retire();
-            partition.log.clone().delete().await?;
+            let topic_id = partition.topic_id;
+            if let Err(error) = partition.log.clone().delete().await {
+                tracing::error!(%error, "deleting a partition's log failed");
+                failures.push((topic_id, error));
+            }
         }
         for topic in image.topics.values() {
             for index in 0..topic.partition_count {
@@ -143,7 +163,15 @@ impl Shard {
                 {
                     continue;
                 }
-                let partition = self.open_partition(topic, index).await?;
+                let partition = match self.open_partition(topic, index).await {
+                    Ok(partition) => partition,
+                    Err(error) => {
+                        tracing::error!(topic = %topic.name, partition = index, %error,
+                            "opening a partition's log failed");
+                        failures.push((topic.id, error));
+                        continue;
+                    }
+                };
                 if topic.name == OFFSETS_TOPIC {
                     self.groups.load(&partition).await?;
                 }
@@ -155,7 +183,7 @@ impl Shard {
                 slots[index as usize] = Some(partition);
             }
         }
-        Ok(())
+        Ok(failures)
     }
 
     /// A topic-level setting: the topic's own value, else the broker's default for it.

@@ -4,10 +4,14 @@
 //! framed as `length: u32 LE | crc32: u32 LE | JSON payload` (see docs/format.md), written
 //! and fdatasync'ed before the commit returns. Loading replays the file; a torn or corrupt
 //! tail (a crash mid-append) is truncated at the last whole record, which was never
-//! acknowledged.
+//! acknowledged. A commit that fails takes back what it wrote, so that no partial record
+//! sits between committed ones. The file keeps `RESERVE_BYTES` allocated past its end, so
+//! that records still fit once the disk is full: deleting a topic, the way out of a full
+//! disk, is itself a record.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -17,6 +21,8 @@ use super::{MetadataImage, MetadataRecord};
 /// A metadata record is a few hundred bytes; anything near this is corruption.
 const RECORD_BYTES_MAX: usize = 16 << 20;
 const FRAME_HEADER_BYTES: usize = 8;
+/// Space allocated ahead of the file's end: thousands of records.
+const RESERVE_BYTES: u64 = 1 << 20;
 
 #[derive(Error, Debug)]
 pub enum StoreError {
@@ -44,6 +50,10 @@ pub trait MetadataStore {
 pub struct FileMetadataStore {
     path: PathBuf,
     file: Option<File>,
+    /// Bytes of whole records in the file.
+    len: u64,
+    /// The file's blocks are allocated up to here (beyond `len`, without changing its size).
+    reserved_to: u64,
 }
 
 impl FileMetadataStore {
@@ -52,6 +62,33 @@ impl FileMetadataStore {
         FileMetadataStore {
             path: dir.join("__cluster_metadata").join("records.log"),
             file: None,
+            len: 0,
+            reserved_to: 0,
+        }
+    }
+
+    /// Keeps `RESERVE_BYTES` allocated past the end when less than half of it is left.
+    /// Failing to is not an error: the disk may be full, and the reserve is what is left.
+    fn reserve(&mut self) {
+        let Some(file) = &self.file else { return };
+        if self.reserved_to >= self.len + RESERVE_BYTES / 2 {
+            return;
+        }
+        // SAFETY: fallocate on an open descriptor this store owns; KEEP_SIZE leaves the
+        // file's size, and so what `load` reads, unchanged.
+        let done = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                self.len as libc::off_t,
+                RESERVE_BYTES as libc::off_t,
+            )
+        };
+        if done == 0 {
+            self.reserved_to = self.len + RESERVE_BYTES;
+        } else {
+            let error = std::io::Error::last_os_error();
+            tracing::debug!(path = %self.path.display(), %error, "metadata reserve not extended");
         }
     }
 
@@ -99,6 +136,8 @@ impl MetadataStore for FileMetadataStore {
                 })?;
         }
         self.file = Some(file);
+        self.len = valid_bytes as u64;
+        self.reserve();
         Ok(image)
     }
 
@@ -108,7 +147,14 @@ impl MetadataStore for FileMetadataStore {
             panic!("commit before load");
         };
         let result = file.write_all(&frame).and_then(|()| file.sync_data());
-        result.map_err(|e| self.io(e))
+        if let Err(error) = result {
+            // Not committed: a part of it left in the file would hide every later record.
+            let _ = file.set_len(self.len).and_then(|()| file.sync_data());
+            return Err(self.io(error));
+        }
+        self.len += frame.len() as u64;
+        self.reserve();
+        Ok(())
     }
 }
 
@@ -160,6 +206,29 @@ mod tests {
             partition_count: 2,
             configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
         })
+    }
+
+    #[test]
+    fn space_for_records_is_allocated_ahead_without_growing_the_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = FileMetadataStore::new(dir.path());
+        store.load().expect("load");
+        store.commit(&create("a")).expect("commit");
+        let meta = std::fs::metadata(&store.path).expect("stat");
+        assert!(
+            meta.blocks() * 512 >= RESERVE_BYTES,
+            "{} bytes allocated",
+            meta.blocks() * 512
+        );
+        let mut reopened = FileMetadataStore::new(dir.path());
+        let image = reopened.load().expect("reload");
+        assert!(image.topic("a").is_some());
+        assert_eq!(
+            reopened.len,
+            meta.len(),
+            "the reserve is not part of the records"
+        );
     }
 
     #[test]
