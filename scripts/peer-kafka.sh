@@ -6,6 +6,8 @@
 #   scripts/peer-kafka.sh start [--nodes 1|3] [--profile default|flush] [--cpus LIST]
 #   scripts/peer-kafka.sh stop
 #   scripts/peer-kafka.sh status | pid | version
+#   scripts/peer-kafka.sh fetch      only fetch the jars (Kafka's client and tools, for tests)
+#   scripts/peer-kafka.sh classpath  the jars' class path (fetching them first)
 #
 # Clients connect to 127.0.0.1:19192 (nodes 2 and 3: 19193, 19194); controllers listen on
 # 19292-19294. The configuration written for each node is in $PEER_DIR/node-N/server.properties
@@ -30,7 +32,7 @@ cache=${PEER_CACHE:-${CARGO_TARGET_DIR:-$PWD/target}/peer-kafka}
 client_port=19192
 controller_port=19292
 
-usage() { sed -n '2,12p' "$0"; exit 2; }
+usage() { sed -n '2,10p' "$0"; exit 2; }
 
 fetch() {
     if [ -f "$cache/lib/.complete" ]; then
@@ -176,6 +178,8 @@ stop() {
 case ${1:-} in
     start) shift; start "$@" ;;
     stop) stop ;;
+    fetch) fetch ;;
+    classpath) fetch; echo "$cache/lib/*" ;;
     pid) pids | head -n 1 ;;
     version) kafka_version ;;
     status) if [ -n "$(pids)" ]; then echo "running: $(pids | tr '\n' ' ')"; else echo "stopped"; exit 1; fi ;;
