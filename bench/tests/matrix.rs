@@ -48,7 +48,10 @@ fn short_matrix_against_ringlog_counts_every_message() {
         std::fs::read_to_string(&node.log).unwrap_or_default()
     );
     assert!(stdout.contains("p99.9"), "the table is printed:\n{stdout}");
-    assert!(stdout.contains("CPU s/M"), "the table has the CPU column:\n{stdout}");
+    assert!(
+        stdout.contains("CPU s/M"),
+        "the table has the CPU column:\n{stdout}"
+    );
 
     let table = std::fs::read_to_string(report.join("table.txt")).expect("table.txt");
     for needle in [
