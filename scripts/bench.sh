@@ -18,9 +18,11 @@
 #   WARMUP_RUN=30s scripts/bench.sh --peer kafka      how long each broker runs before its matrix
 #
 # With --peer kafka, scripts/peer-kafka.sh runs Apache Kafka (one node, pinned to the node's
-# CPUs as ringlog is) and each broker gets a fresh data directory for each round; the
-# report folder holds one sub-folder per broker and round and a table.txt with both brokers
-# and their ratio per cell (scripts/bench_compare.py).
+# CPUs as ringlog is) and each broker gets a fresh data directory for each round; after the
+# matrix, Kafka's kafka-producer-perf-test runs against each broker too (PERF_RECORDS
+# records, default 20 M, at acks=1 and all). The report folder holds one sub-folder per
+# broker and round and a table.txt with both brokers and their ratio per cell
+# (scripts/bench_compare.py).
 #
 # Defaults: the node gets 1 core (RINGLOG_CORES), pinned to the first CPUs with taskset, and
 # the generator the remaining CPUs; the report goes to target/bench-reports/<UTC date>.
@@ -108,6 +110,28 @@ matrix() { # report-dir bootstrap broker-pid label matrix-args...
         || status=$?
 }
 
+# Kafka's own generator (kafka-producer-perf-test) against the same broker, so that the
+# figures do not rest on ringlog-bench alone: 100-byte records at acks=1 and acks=all with
+# the generator's batch size and linger, each line of its summary and the broker's CPU
+# seconds over the run into perf-test.txt.
+perf_test() { # report-dir bootstrap broker-pid
+    local report=$1 bootstrap=$2 broker_pid=$3 acks cpu_before cpu_after line
+    local classpath
+    classpath=$(scripts/peer-kafka.sh classpath)
+    mkdir -p "$report"
+    for acks in 1 all; do
+        echo "==> kafka-producer-perf-test acks=$acks against $bootstrap" >&2
+        cpu_before=$(awk '{print $14 + $15}' "/proc/$broker_pid/stat")
+        line=$("${bench_cpus[@]}" java -Xmx1g -cp "$classpath" org.apache.kafka.tools.ProducerPerformance \
+            --topic "perf-test-$acks" --num-records "${PERF_RECORDS:-20000000}" --record-size 100 \
+            --throughput -1 --producer-props "bootstrap.servers=$bootstrap" "acks=$acks" \
+            batch.size=65536 linger.ms=5 2>/dev/null | tail -n 1) || status=$?
+        cpu_after=$(awk '{print $14 + $15}' "/proc/$broker_pid/stat")
+        echo "acks=$acks cpu_s=$(( (cpu_after - cpu_before) / 100 )).$(printf '%02d' $(( (cpu_after - cpu_before) % 100 ))) $line" \
+            >>"$report/perf-test.txt"
+    done
+}
+
 run_ringlog() { # report-dir matrix-args...
     local report=$1 data="$dir/ringlog-$RANDOM"
     shift
@@ -134,6 +158,7 @@ run_ringlog() { # report-dir matrix-args...
     grep -q ' ready ' "$data/ringlog.log" || { echo "ringlog was not ready after 30 s" >&2; exit 1; }
     local before=$status
     matrix "$report" "127.0.0.1:$port" "$pid" "$label" "$@"
+    [ -n "$peer" ] && perf_test "$report" "127.0.0.1:$port" "$pid"
     if [ "$status" -ne "$before" ]; then
         echo "last lines of the node's log:" >&2
         tail -n 20 "$data/ringlog.log" >&2
@@ -151,6 +176,7 @@ run_kafka() { # report-dir matrix-args...
     kafka_pid=$(PEER_DIR="$dir/kafka" scripts/peer-kafka.sh pid)
     matrix "$report" 127.0.0.1:19192 "$kafka_pid" \
         "$(PEER_DIR="$dir/kafka" scripts/peer-kafka.sh version), $cores CPU(s), profile ${KAFKA_PROFILE:-default}" "$@"
+    perf_test "$report" 127.0.0.1:19192 "$kafka_pid"
     PEER_DIR="$dir/kafka" scripts/peer-kafka.sh stop
 }
 
@@ -167,9 +193,23 @@ else
         run_kafka "$out/kafka-$round" "$@"
     done
     python3 scripts/bench_compare.py "$out" >"$out/table.txt"
+    # Both brokers' curves in one plot per acks setting (the first round's histograms).
+    for acks in 1 all; do
+        curves=()
+        for hgrm in "$out"/ringlog-1/acks$acks-*b.hgrm "$out"/kafka-1/acks$acks-*b.hgrm; do
+            [ -f "$hgrm" ] || continue
+            broker=$(basename "$(dirname "$hgrm")" -1)
+            size=${hgrm##*-}
+            curves+=("$broker ${size%b.hgrm} B=$hgrm")
+        done
+        [ ${#curves[@]} -gt 0 ] || continue
+        "$target/release/ringlog-bench" plot --output "$out/latency-acks$acks" \
+            --title "acks=$acks: produce latency by percentile, ringlog and Kafka" \
+            --subtitle "round 1 of $rounds; $(date -u +%Y-%m-%d)" "${curves[@]}" || status=$?
+    done
     cat "$out/table.txt"
     echo
-    echo "report: $out (table.txt; ringlog-N/ and kafka-N/: each round's matrix report)"
+    echo "report: $out (table.txt, latency-acks*.svg/png; ringlog-N/ and kafka-N/: each round's report)"
 fi
 if [ "$status" -ne 0 ]; then
     echo "ringlog-bench matrix exited $status (errors are listed in the results.json files)" >&2

@@ -6,9 +6,13 @@ the peer (msgs/s: ringlog ÷ peer, higher is better; p99 and CPU: peer ÷ ringlo
 better too).
 
     scripts/bench_compare.py REPORT_DIR     # reads REPORT_DIR/{ringlog,kafka}-N/results.json
+
+A second table gives kafka-producer-perf-test's figures against both (perf-test.txt in
+each round's folder, written by bench.sh), when they are there.
 """
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -23,6 +27,42 @@ def load(report_dir, broker):
         for run in report["runs"]:
             cells.setdefault((run["message_bytes"], run["acks"]), []).append(run)
     return cells, labels
+
+
+PERF_LINE = re.compile(
+    r"acks=(?P<acks>\S+) cpu_s=(?P<cpu>[\d.]+) (?P<records>\d+) records sent, "
+    r"(?P<rate>[\d.]+) records/sec .*?, (?P<p50>\d+) ms 50th, \d+ ms 95th, "
+    r"(?P<p99>\d+) ms 99th")
+
+
+def load_perf(report_dir, broker):
+    """{acks: [(records/s, p50 ms, p99 ms, CPU s per M records)]} over rounds."""
+    cells = {}
+    for path in sorted(Path(report_dir).glob(f"{broker}-*/perf-test.txt")):
+        for line in path.read_text().splitlines():
+            m = PERF_LINE.match(line)
+            if m:
+                cells.setdefault(m["acks"], []).append((
+                    float(m["rate"]), float(m["p50"]), float(m["p99"]),
+                    float(m["cpu"]) / (int(m["records"]) / 1e6)))
+    return cells
+
+
+def print_perf(report_dir):
+    ringlog, kafka = load_perf(report_dir, "ringlog"), load_perf(report_dir, "kafka")
+    common = [a for a in ("1", "all") if a in ringlog and a in kafka]
+    if not common:
+        return
+    print("\nkafka-producer-perf-test, 100 B records (medians; CPU s/M over the whole run, "
+          "latency in whole ms)")
+    print(f"{'acks':>5} | {'ringlog rec/s':>13} {'p50':>5} {'p99':>5} {'CPU s/M':>8} | "
+          f"{'Kafka rec/s':>13} {'p50':>5} {'p99':>5} {'CPU s/M':>8} | {'rec/s':>6} {'CPU':>6}")
+    for acks in common:
+        r = [statistics.median(v) for v in zip(*ringlog[acks])]
+        k = [statistics.median(v) for v in zip(*kafka[acks])]
+        print(f"{acks:>5} | {r[0] / 1e6:>12.2f}M {r[1]:>5.0f} {r[2]:>5.0f} {r[3]:>8.3f} | "
+              f"{k[0] / 1e6:>12.2f}M {k[1]:>5.0f} {k[2]:>5.0f} {k[3]:>8.3f} | "
+              f"{ratio(r[0], k[0]):>6} {ratio(k[3], r[3]):>6}")
 
 
 def median(runs, pick):
@@ -79,6 +119,7 @@ def main():
           "process's CPU-seconds\n(user + system, /proc/<pid>/stat) per million messages. "
           "Ratios: ringlog's msgs/s over Kafka's; Kafka's\np99 and CPU over ringlog's (above 1: "
           "ringlog is ahead).")
+    print_perf(report_dir)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 //! - Parsing only: every value is validated here (ranges, units) so that the runners can
 //!   assert instead of re-checking.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -32,6 +33,31 @@ pub enum Command {
     E2e(E2eArgs),
     /// Run acks × message-size and write a report folder.
     Matrix(MatrixArgs),
+    /// Draw latency-by-percentile curves of several .hgrm files (e.g. two brokers' matrix
+    /// reports) in one plot, as SVG and PNG.
+    Plot(PlotArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PlotArgs {
+    /// Where to write the plot: PATH.svg and PATH.png.
+    #[arg(long)]
+    pub output: PathBuf,
+    #[arg(long, default_value = "produce latency by percentile")]
+    pub title: String,
+    /// A line under the title (what was measured where).
+    #[arg(long, default_value = "")]
+    pub subtitle: String,
+    /// LABEL=FILE.hgrm, one per curve.
+    #[arg(required = true, value_parser = parse_series)]
+    pub series: Vec<(String, PathBuf)>,
+}
+
+fn parse_series(s: &str) -> Result<(String, PathBuf), String> {
+    let (label, path) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expected LABEL=FILE.hgrm, got {s:?}"))?;
+    Ok((label.to_string(), PathBuf::from(path)))
 }
 
 #[derive(Args, Debug, Clone)]

@@ -51,6 +51,7 @@ fn main() {
             consume::run(&args).and_then(|s| produce::print(&s, args.common.json))
         }
         Command::E2e(args) => e2e::run(&args).and_then(|s| produce::print(&s, args.common.json)),
+        Command::Plot(args) => plot::run(&args).map(|()| true),
     };
     match outcome {
         Ok(true) => {}

@@ -49,6 +49,26 @@ fn x_label(x: &f64) -> String {
 
 const SIZE: (u32, u32) = (960, 600);
 
+/// `ringlog-bench plot`: the curves of several .hgrm files in one plot.
+pub fn run(args: &crate::cli::PlotArgs) -> Result<()> {
+    let mut series = Vec::with_capacity(args.series.len());
+    for (label, path) in &args.series {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
+        let points = crate::report::parse_hgrm(&text);
+        if points.is_empty() {
+            return Err(anyhow!("{}: no percentiles in it", path.display()));
+        }
+        series.push(Series {
+            label: label.clone(),
+            points,
+        });
+    }
+    let with = |extension: &str| args.output.with_extension(extension);
+    latency_svg(&with("svg"), &args.title, &args.subtitle, &series)?;
+    latency_png(&with("png"), &args.title, &args.subtitle, &series)
+}
+
 /// Writes the plot as SVG: `title` on top, `subtitle` (what was measured where) below it.
 pub fn latency_svg(path: &Path, title: &str, subtitle: &str, series: &[Series]) -> Result<()> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
@@ -267,6 +287,36 @@ mod tests {
         assert_eq!(x_label(&3.0), "p99.9");
         assert_eq!(x_label(&1.0), "p90");
         assert_eq!(x_label(&1.5), "");
+    }
+
+    #[test]
+    fn hgrm_files_of_two_brokers_make_one_plot() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = Vec::new();
+        for (name, ns) in [("ringlog", 300_000), ("kafka", 1_300_000)] {
+            let mut h = crate::report::new_histogram();
+            crate::report::record(&mut h, ns, 1000);
+            let path = dir.path().join(format!("{name}.hgrm"));
+            std::fs::write(&path, crate::report::hgrm(&h)).expect("write");
+            files.push((format!("{name} 100 B"), path));
+        }
+        let args = crate::cli::PlotArgs {
+            output: dir.path().join("both"),
+            title: "acks=1".into(),
+            subtitle: String::new(),
+            series: files.clone(),
+        };
+        run(&args).expect("plots");
+        let svg = std::fs::read_to_string(dir.path().join("both.svg")).expect("svg");
+        assert!(svg.contains("ringlog 100 B") && svg.contains("kafka 100 B"));
+        assert!(dir.path().join("both.png").is_file());
+        let empty = dir.path().join("empty.hgrm");
+        std::fs::write(&empty, "").expect("write");
+        let args = crate::cli::PlotArgs {
+            series: vec![("none".into(), empty)],
+            ..args
+        };
+        assert!(run(&args).is_err(), "a file with no percentiles is refused");
     }
 
     #[test]
