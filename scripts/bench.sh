@@ -20,7 +20,8 @@
 # With --peer kafka, scripts/peer-kafka.sh runs Apache Kafka (one node, pinned to the node's
 # CPUs as ringlog is) and each broker gets a fresh data directory for each round; after the
 # matrix, Kafka's kafka-producer-perf-test runs against each broker too (PERF_RECORDS
-# records, default 20 M, at acks=1 and all). The report folder holds one sub-folder per
+# records, default 20 M, at acks=1 and all), then a consumer and the e2e latency run. The
+# report folder holds one sub-folder per
 # broker and round and a table.txt with both brokers and their ratio per cell
 # (scripts/bench_compare.py).
 #
@@ -124,12 +125,26 @@ perf_test() { # report-dir bootstrap broker-pid
         cpu_before=$(awk '{print $14 + $15}' "/proc/$broker_pid/stat")
         line=$("${bench_cpus[@]}" java -Xmx1g -cp "$classpath" org.apache.kafka.tools.ProducerPerformance \
             --topic "perf-test-$acks" --num-records "${PERF_RECORDS:-20000000}" --record-size 100 \
-            --throughput -1 --producer-props "bootstrap.servers=$bootstrap" "acks=$acks" \
+            --throughput -1 --command-property "bootstrap.servers=$bootstrap" "acks=$acks" \
             batch.size=65536 linger.ms=5 2>/dev/null | tail -n 1) || status=$?
         cpu_after=$(awk '{print $14 + $15}' "/proc/$broker_pid/stat")
         echo "acks=$acks cpu_s=$(( (cpu_after - cpu_before) / 100 )).$(printf '%02d' $(( (cpu_after - cpu_before) % 100 ))) $line" \
             >>"$report/perf-test.txt"
     done
+}
+
+# Reading and end-to-end latency against the same broker: 10 M 100-byte messages in 4
+# partitions read back from the earliest offset by one consumer, and produce-to-fetch
+# latency at 100 k msgs/s; each run's JSON summary into the report folder.
+read_tests() { # report-dir bootstrap
+    local report=$1 bootstrap=$2 bench=("${bench_cpus[@]}" "$target/release/ringlog-bench")
+    echo "==> consume and e2e against $bootstrap" >&2
+    "${bench[@]}" produce --bootstrap-server "$bootstrap" --topic read-test --partitions 4 \
+        --producers 4 --acks 1 --messages 10000000 --warmup 0s >/dev/null || status=$?
+    "${bench[@]}" consume --bootstrap-server "$bootstrap" --topic read-test --from earliest \
+        --messages 10000000 --json >"$report/consume.json" || status=$?
+    "${bench[@]}" e2e --bootstrap-server "$bootstrap" --topic e2e-test --rate 100000 \
+        --duration 10s --json >"$report/e2e.json" || status=$?
 }
 
 run_ringlog() { # report-dir matrix-args...
@@ -158,7 +173,10 @@ run_ringlog() { # report-dir matrix-args...
     grep -q ' ready ' "$data/ringlog.log" || { echo "ringlog was not ready after 30 s" >&2; exit 1; }
     local before=$status
     matrix "$report" "127.0.0.1:$port" "$pid" "$label" "$@"
-    [ -n "$peer" ] && perf_test "$report" "127.0.0.1:$port" "$pid"
+    if [ -n "$peer" ]; then
+        perf_test "$report" "127.0.0.1:$port" "$pid"
+        read_tests "$report" "127.0.0.1:$port"
+    fi
     if [ "$status" -ne "$before" ]; then
         echo "last lines of the node's log:" >&2
         tail -n 20 "$data/ringlog.log" >&2
@@ -177,6 +195,7 @@ run_kafka() { # report-dir matrix-args...
     matrix "$report" 127.0.0.1:19192 "$kafka_pid" \
         "$(PEER_DIR="$dir/kafka" scripts/peer-kafka.sh version), $cores CPU(s), profile ${KAFKA_PROFILE:-default}" "$@"
     perf_test "$report" 127.0.0.1:19192 "$kafka_pid"
+    read_tests "$report" 127.0.0.1:19192
     PEER_DIR="$dir/kafka" scripts/peer-kafka.sh stop
 }
 

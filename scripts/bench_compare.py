@@ -7,8 +7,9 @@ better too).
 
     scripts/bench_compare.py REPORT_DIR     # reads REPORT_DIR/{ringlog,kafka}-N/results.json
 
-A second table gives kafka-producer-perf-test's figures against both (perf-test.txt in
-each round's folder, written by bench.sh), when they are there.
+Then, when bench.sh wrote them: kafka-producer-perf-test's figures against both
+(perf-test.txt in each round's folder), and consume throughput and end-to-end latency
+(consume.json, e2e.json).
 """
 
 import json
@@ -63,6 +64,31 @@ def print_perf(report_dir):
         print(f"{acks:>5} | {r[0] / 1e6:>12.2f}M {r[1]:>5.0f} {r[2]:>5.0f} {r[3]:>8.3f} | "
               f"{k[0] / 1e6:>12.2f}M {k[1]:>5.0f} {k[2]:>5.0f} {k[3]:>8.3f} | "
               f"{ratio(r[0], k[0]):>6} {ratio(k[3], r[3]):>6}")
+
+
+def print_reads(report_dir):
+    """Consume throughput and end-to-end latency (consume.json, e2e.json per round)."""
+    rows = []
+    for kind, what in (("consume", "consume from earliest, 10 M x 100 B, 4 partitions"),
+                       ("e2e", "e2e at 100 k msgs/s, produce to fetch")):
+        figures = {}
+        for broker in ("ringlog", "kafka"):
+            runs = [json.loads(p.read_text()) for p in
+                    sorted(Path(report_dir).glob(f"{broker}-*/{kind}.json"))
+                    if p.stat().st_size]
+            if runs:
+                figures[broker] = (median(runs, lambda r: r["msgs_per_s"]),
+                                   median(runs, lambda r: latency(r, "p50_ms")),
+                                   median(runs, lambda r: latency(r, "p99_ms")))
+        if len(figures) == 2:
+            rows.append((what, figures["ringlog"], figures["kafka"]))
+    if not rows:
+        return
+    print("\nreads (medians; consume: fetch round trip, e2e: send to fetch, ms)")
+    for what, r, k in rows:
+        print(f"{what}: ringlog {r[0] / 1e6:.2f} M msgs/s p50 {fmt(r[1])} p99 {fmt(r[2])} | "
+              f"Kafka {k[0] / 1e6:.2f} M msgs/s p50 {fmt(k[1])} p99 {fmt(k[2])} | "
+              f"msgs/s {ratio(r[0], k[0])}, p99 {ratio(k[2], r[2])}")
 
 
 def median(runs, pick):
@@ -120,6 +146,7 @@ def main():
           "Ratios: ringlog's msgs/s over Kafka's; Kafka's\np99 and CPU over ringlog's (above 1: "
           "ringlog is ahead).")
     print_perf(report_dir)
+    print_reads(report_dir)
 
 
 if __name__ == "__main__":
