@@ -20,6 +20,7 @@ use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::listener::ConnectionCounts;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
+use crate::producers::ProducerIds;
 
 pub struct Shard {
     pub router: Router<Shard>,
@@ -42,6 +43,8 @@ pub struct Shard {
     pub controller: Option<Controller>,
     /// Groups whose `__consumer_offsets` partition this shard owns.
     pub groups: GroupCoordinator,
+    /// The producer ids this shard hands out (InitProducerId).
+    pub producer_ids: ProducerIds,
     /// Connections of the whole node, counted on shard 0 (where the acceptor runs).
     pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
@@ -69,6 +72,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             controller,
             groups,
+            producer_ids: ProducerIds::default(),
             connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),
