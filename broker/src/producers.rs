@@ -1,4 +1,5 @@
-//! Idempotent producers on one shard: the producer ids it hands out.
+//! Idempotent producers on one shard: the producer ids it hands out, and the expiry of idle
+//! producers in the partitions it owns.
 //!
 //! Producer ids come in blocks of [`PRODUCER_ID_BLOCK_SIZE`] that the controller commits to
 //! the metadata as taken (a ProducerIds record) before handing them over, as Kafka's
@@ -18,6 +19,7 @@ use shard::Turns;
 
 use crate::controller::{Controller, ProducerIdBlock, PRODUCER_ID_BLOCK_SIZE};
 use crate::errors::code;
+use crate::request::now_ms;
 use crate::shard_state::Shard;
 
 /// The producer ids a shard has left: `[next, end)`.
@@ -85,6 +87,18 @@ impl ProducerIds {
                 tracing::warn!(%stopped, "no producer id block");
                 Err(code(ResponseError::CoordinatorNotAvailable))
             }
+        }
+    }
+}
+
+/// Every `producer.id.expiration.check.interval.ms`, forgets the producers of this shard's
+/// partitions that appended nothing for `producer.id.expiration.ms`, until cancelled.
+pub async fn expire_forever(shard: Rc<Shard>) {
+    loop {
+        glommio::timer::sleep(shard.config.producer_id_expiration_check_interval).await;
+        let now = now_ms();
+        for partition in shard.owned_partitions() {
+            partition.log.expire_producers(now);
         }
     }
 }

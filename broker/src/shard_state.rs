@@ -201,6 +201,7 @@ impl Shard {
             write_buffer_bytes_max: self.config.write_buffer_bytes_max,
             batch_bytes_max: number("max.message.bytes", self.config.message_bytes_max as u64)
                 as usize,
+            producer_id_expiration_ms: self.config.producer_id_expiration.as_millis() as i64,
         };
         let dir = self
             .config
