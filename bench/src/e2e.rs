@@ -157,6 +157,8 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
         errors,
         log_end_offset_total: None,
         checksum: None,
+        idempotent: plan.idempotent,
+        duplicates_refused: produced.duplicates_refused,
     })
 }
 

@@ -300,6 +300,13 @@ pub struct Summary {
     pub log_end_offset_total: Option<i64>,
     /// XOR of every batch CRC (dry runs): proof the work was done.
     pub checksum: Option<u32>,
+    /// Producers were idempotent (producer ids and sequence numbers).
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Batches sent twice (`--resend-every`) whose second copy the broker answered with the
+    /// first one's offset, storing it once.
+    #[serde(default)]
+    pub duplicates_refused: u64,
 }
 
 impl Summary {
@@ -356,6 +363,13 @@ impl Summary {
                 "{} ms: p50 {:.3} p90 {:.3} p99 {:.3} p99.9 {:.3} p99.99 {:.3} max {:.3} (n={})",
                 if consume { "fetch round trip" } else { "latency" },
                 l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms, l.count
+            );
+        }
+        if self.idempotent {
+            let _ = writeln!(
+                s,
+                "idempotent producers: {} resent batches refused as duplicates",
+                self.duplicates_refused
             );
         }
         if let Some(c) = self.checksum {
