@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one test command for ringlog: installs what the tests need, then runs
 # formatting and lint checks, the Rust tests, a release build of the broker,
-# and the interop tests with real Kafka clients (kcat, confluent-kafka)
-# against that build. Stops at the first failing step and says which.
+# and the interop tests with real Kafka clients (kcat, confluent-kafka,
+# kafka-python) against that build. Stops at the first failing step and says which.
 #
 #   scripts/test.sh                 everything, as CI runs it
 #   scripts/test.sh -k kcat         extra arguments go to pytest

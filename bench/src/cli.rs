@@ -143,6 +143,15 @@ pub struct LoadArgs {
     /// Seed of the payload bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Idempotent producers, as Kafka's clients run by default: each connection takes a
+    /// producer id (InitProducerId) and numbers its records per partition.
+    #[arg(long)]
+    pub idempotent: bool,
+    /// With --idempotent: send every Nth batch a second time right after it, as a client
+    /// retrying after a lost answer does; the broker must answer the copy with the first
+    /// one's offset and not store it (reported as duplicates refused).
+    #[arg(long, requires = "idempotent", value_parser = clap::value_parser!(u64).range(1..))]
+    pub resend_every: Option<u64>,
 }
 
 impl LoadArgs {

@@ -21,8 +21,8 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     create_topics_request, fetch_request, list_offsets_request, metadata_request, ApiKey,
     ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
-    FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, RequestHeader,
-    ResponseHeader, TopicName,
+    FetchRequest, FetchResponse, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
@@ -33,7 +33,7 @@ pub const CLIENT_ID: &str = "ringlog-bench";
 /// (api, lowest, highest) versions this client can speak. Produce stops at 12 and Fetch at 12
 /// because later versions name topics by id only; OffsetFetch stops at 7, before groups
 /// became an array.
-const WANTED: [(ApiKey, i16, i16); 14] = [
+const WANTED: [(ApiKey, i16, i16); 15] = [
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::CreateTopics, 2, 7),
@@ -48,6 +48,7 @@ const WANTED: [(ApiKey, i16, i16); 14] = [
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// Negotiated versions for one broker; -1 for an optional API the broker does not offer in
@@ -67,6 +68,7 @@ pub struct Versions {
     pub leave_group: i16,
     pub offset_fetch: i16,
     pub offset_commit: i16,
+    pub init_producer_id: i16,
 }
 
 impl Versions {
@@ -104,6 +106,7 @@ impl Versions {
             leave_group: optional(ApiKey::LeaveGroup),
             offset_fetch: optional(ApiKey::OffsetFetch),
             offset_commit: optional(ApiKey::OffsetCommit),
+            init_producer_id: optional(ApiKey::InitProducerId),
         })
     }
 }
@@ -336,6 +339,23 @@ impl Connection {
             return Ok(None);
         }
         Ok(Some(leaders))
+    }
+
+    /// A producer id and epoch for an idempotent producer (InitProducerId, no transactional
+    /// id).
+    pub async fn init_producer_id(&mut self) -> Result<(i64, i16)> {
+        if self.versions.init_producer_id < 0 {
+            bail!("the broker does not offer InitProducerId: no idempotent producers");
+        }
+        let request = InitProducerIdRequest::default()
+            // Null, not the codec's default of "": an empty transactional id is refused.
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000);
+        let response = self.call(self.versions.init_producer_id, &request).await?;
+        if response.error_code != 0 {
+            bail!("InitProducerId: {}", error_name(response.error_code));
+        }
+        Ok((response.producer_id.0, response.producer_epoch))
     }
 
     pub async fn create_topic(&mut self, topic: &str, spec: &TopicSpec) -> Result<()> {

@@ -103,6 +103,9 @@ pub struct BatchBuilder {
     /// lz4 frames of record sections compressed before, by (template start, record count).
     lz4_memo: HashMap<(usize, i32), Vec<u8>>,
     lz4_memo_bytes: usize,
+    /// Producer id, epoch and base sequence written into the next finished batch; all -1
+    /// for a producer that is not idempotent.
+    producer: (i64, i16, i32),
 }
 
 impl BatchBuilder {
@@ -118,6 +121,7 @@ impl BatchBuilder {
             template_start: None,
             lz4_memo: HashMap::new(),
             lz4_memo_bytes: 0,
+            producer: (-1, -1, -1),
         };
         builder.reset(0);
         builder
@@ -183,6 +187,12 @@ impl BatchBuilder {
         true
     }
 
+    /// The idempotent producer (id, epoch) and the sequence of the first record of the
+    /// batches finished from now on.
+    pub fn set_producer(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+        self.producer = (producer_id, producer_epoch, base_sequence);
+    }
+
     /// Completes the header and CRC; returns the batch bytes (start at `HEADROOM_BYTES`).
     pub fn finish(&mut self) -> &[u8] {
         assert!(self.record_count > 0, "a batch needs at least one record");
@@ -202,9 +212,10 @@ impl BatchBuilder {
         h[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
         h[27..35].copy_from_slice(&ts.to_be_bytes()); // base timestamp
         h[35..43].copy_from_slice(&ts.to_be_bytes()); // max timestamp
-        h[43..51].copy_from_slice(&(-1i64).to_be_bytes()); // producer id
-        h[51..53].copy_from_slice(&(-1i16).to_be_bytes()); // producer epoch
-        h[53..57].copy_from_slice(&(-1i32).to_be_bytes()); // base sequence
+        let (producer_id, producer_epoch, base_sequence) = self.producer;
+        h[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        h[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
+        h[53..57].copy_from_slice(&base_sequence.to_be_bytes());
         h[57..61].copy_from_slice(&self.record_count.to_be_bytes());
         let crc = crc32c::crc32c(&self.buf[HEADROOM_BYTES + ATTRIBUTES_OFFSET..]);
         let at = HEADROOM_BYTES + CRC_OFFSET;
@@ -520,6 +531,24 @@ mod tests {
             let mut bytes = Bytes::from(bad);
             assert!(RecordBatchDecoder::decode(&mut bytes).is_err());
         }
+    }
+
+    #[test]
+    fn an_idempotent_batch_carries_its_producer_and_sequences() {
+        let mut builder = BatchBuilder::new(16 * 1024, Compression::None);
+        builder.reset(1);
+        builder.set_producer(77, 2, i32::MAX - 1);
+        for value in [b"a", b"b", b"c"] {
+            assert!(builder.try_append(value));
+        }
+        let set = decode(builder.finish());
+        let sequences: Vec<i32> = set.records.iter().map(|r| r.sequence).collect();
+        // The codec wraps to i32::MIN where Kafka wraps to 0; only the base is on the wire.
+        assert_eq!(sequences[..2], [i32::MAX - 1, i32::MAX]);
+        assert!(set
+            .records
+            .iter()
+            .all(|r| (r.producer_id, r.producer_epoch) == (77, 2)));
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct Plan {
     /// Put each message's intended send time (ns, `clock`) in its first 8 value bytes.
     pub stamp: bool,
     pub timeline: Timeline,
+    /// Each producer takes a producer id and numbers its batches (idempotent producer).
+    pub idempotent: bool,
+    /// Send every Nth batch twice (idempotent only), counting the copies the broker refused.
+    pub resend_every: Option<u64>,
 }
 
 impl Plan {
@@ -73,6 +77,8 @@ impl Plan {
             dry_run,
             stamp,
             timeline: Timeline::new(load.warmup, load.run_time()),
+            idempotent: load.idempotent,
+            resend_every: load.resend_every,
         }
     }
 }
@@ -173,6 +179,8 @@ pub struct Tally {
     pub clamped: u64,
     pub errors: BTreeMap<String, u64>,
     pub checksum: u32,
+    /// Batches sent a second time that the broker answered with the first copy's offset.
+    pub duplicates_refused: u64,
 }
 
 impl Tally {
@@ -187,6 +195,7 @@ impl Tally {
             clamped: 0,
             errors: BTreeMap::new(),
             checksum: 0,
+            duplicates_refused: 0,
         }
     }
 
@@ -207,6 +216,7 @@ impl Tally {
             *self.errors.entry(k).or_default() += v;
         }
         self.checksum ^= other.checksum;
+        self.duplicates_refused += other.duplicates_refused;
     }
 }
 
@@ -378,6 +388,8 @@ fn summarize(
         checksum: plan.dry_run.then_some(t.checksum),
         broker_cpu_s: None,
         broker_cpu_s_per_million: None,
+        idempotent: plan.idempotent,
+        duplicates_refused: t.duplicates_refused,
     }
 }
 
@@ -470,6 +482,9 @@ struct InFlight {
     first_index: u64,
     count: u64,
     wire_bytes: u64,
+    /// A second copy of the batch before it (`--resend-every`): its answer must repeat that
+    /// batch's offset, and it counts for nothing else.
+    resend: bool,
 }
 
 struct Shared {
@@ -483,7 +498,7 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
         t.error("NO_LEADER", a.messages.unwrap_or(1));
         return t;
     };
-    let conn = match Connection::connect(leader).await {
+    let mut conn = match Connection::connect(leader).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("producer {}: {e:#}", a.id);
@@ -491,6 +506,20 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
             return t;
         }
     };
+    let producer_id = if plan.idempotent {
+        match conn.init_producer_id().await {
+            Ok(producer) => Some(producer),
+            Err(e) => {
+                eprintln!("producer {}: {e:#}", a.id);
+                t.error("INIT_PRODUCER_ID_FAILED", a.messages.unwrap_or(1));
+                return t;
+            }
+        }
+    } else {
+        None
+    };
+    // The next sequence number per partition of `a.partitions` (idempotent only).
+    let mut sequences = vec![0i32; a.partitions.len()];
     let version = conn.versions.produce;
     let (reader, mut writer) = futures_lite::io::split(conn.stream);
     let shared = Rc::new(RefCell::new(Shared {
@@ -562,19 +591,30 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
         } else {
             fill_batch(&mut builder, &mut pool, count_max)
         };
+        let slot = (batches % a.partitions.len() as u64) as usize;
+        if let Some((producer_id, epoch)) = producer_id {
+            builder.set_producer(producer_id, epoch, sequences[slot]);
+            sequences[slot] = net::sequence::sequence_after(sequences[slot], n);
+        }
         let wire_bytes = builder.finish().len() as u64;
-        framing.partition = a.partitions[(batches % a.partitions.len() as u64) as usize];
+        framing.partition = a.partitions[slot];
         correlation_id = correlation_id.wrapping_add(1);
         let frame = builder.frame_produce(&framing, correlation_id);
         let send_ns = clock::now_ns();
+        let resend = plan.acks != 0
+            && plan
+                .resend_every
+                .is_some_and(|every| batches % every == every - 1);
+        let in_flight = move |resend| InFlight {
+            correlation_id,
+            send_ns,
+            first_index: index,
+            count: n,
+            wire_bytes,
+            resend,
+        };
         if plan.acks != 0 {
-            shared.borrow_mut().inflight.push_back(InFlight {
-                correlation_id,
-                send_ns,
-                first_index: index,
-                count: n,
-                wire_bytes,
-            });
+            shared.borrow_mut().inflight.push_back(in_flight(false));
         } else {
             let mut s = shared.borrow_mut();
             let from_ns = pacer.map(|p| p.intended_ns(index)).unwrap_or(send_ns);
@@ -592,6 +632,18 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
             }
             s.tally.error("NETWORK_EXCEPTION", n);
             break;
+        }
+        // The same request again (same bytes, correlation id included), as a retry after a
+        // lost answer; answered right after the first copy, in order.
+        if resend && permits.acquire(1).await.is_ok() {
+            shared.borrow_mut().inflight.push_back(in_flight(true));
+            if let Err(e) = writer.write_all(frame).await {
+                eprintln!("producer {}: write failed: {e}", a.id);
+                let mut s = shared.borrow_mut();
+                s.inflight.pop_back();
+                s.tally.error("NETWORK_EXCEPTION", n);
+                break;
+            }
         }
         shared.borrow_mut().tally.sent += n;
         Counters::add(&counters.sent, n);
@@ -635,6 +687,8 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
     pacer: Option<Pacer>,
 ) {
     let mut frame = Vec::with_capacity(1024);
+    // Base offset of the last batch answered, for checking the resend that follows it.
+    let mut last_base_offset = -1;
     loop {
         if let Err(e) = client::read_frame(&mut reader, &mut frame).await {
             let mut s = shared.borrow_mut();
@@ -661,7 +715,7 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
             permits.close();
             return;
         }
-        let code = match client::decode_response::<ProduceRequest>(
+        let (code, base_offset) = match client::decode_response::<ProduceRequest>(
             Bytes::copy_from_slice(&frame),
             version,
         ) {
@@ -669,16 +723,22 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
                 .responses
                 .first()
                 .and_then(|t| t.partition_responses.first())
-                .map(|p| p.error_code)
-                .unwrap_or(-1),
+                .map_or((-1, -1), |p| (p.error_code, p.base_offset)),
             Err(e) => {
                 eprintln!("undecodable Produce response: {e:#}");
-                -1
+                (-1, -1)
             }
         };
-        if code != 0 {
+        if f.resend {
+            match code {
+                0 if base_offset == last_base_offset => s.tally.duplicates_refused += 1,
+                0 => s.tally.error("DUPLICATE_STORED", f.count),
+                _ => s.tally.error(&error_name(code), f.count),
+            }
+        } else if code != 0 {
             s.tally.error(&error_name(code), f.count);
         } else {
+            last_base_offset = base_offset;
             let t = &mut s.tally;
             t.acked += f.count;
             match pacer {
@@ -802,6 +862,8 @@ pub(crate) mod tests {
             request_timeout_ms: 30_000,
             seed: 1,
             broker_pid: None,
+            idempotent: false,
+            resend_every: None,
         }
     }
 
@@ -867,6 +929,8 @@ pub(crate) mod tests {
             request_timeout_ms: 30_000,
             seed: 1,
             broker_pid: None,
+            idempotent: false,
+            resend_every: None,
         };
         let out = run("127.0.0.1:1", "t", &spec(1), 0, &load, true).expect("dry run");
         assert_eq!(out.summary.sent, 100_000);

@@ -306,6 +306,13 @@ pub struct Summary {
     /// The same per million measured messages.
     #[serde(default)]
     pub broker_cpu_s_per_million: Option<f64>,
+    /// Producers were idempotent (producer ids and sequence numbers).
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Batches sent twice (`--resend-every`) whose second copy the broker answered with the
+    /// first one's offset, storing it once.
+    #[serde(default)]
+    pub duplicates_refused: u64,
 }
 
 impl Summary {
@@ -376,6 +383,13 @@ impl Summary {
             let _ = writeln!(
                 s,
                 "broker CPU: {cpu:.2} s in the measured window, {per_million:.3} s per million messages"
+            );
+        }
+        if self.idempotent {
+            let _ = writeln!(
+                s,
+                "idempotent producers: {} resent batches refused as duplicates",
+                self.duplicates_refused
             );
         }
         if let Some(c) = self.checksum {

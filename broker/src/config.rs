@@ -104,6 +104,11 @@ pub struct BrokerConfig {
     /// Defaults for topic-level settings that topics may override.
     pub topic_defaults: BTreeMap<String, String>,
     pub groups: GroupConfig,
+    /// `producer.id.expiration.ms`: a partition forgets an idempotent producer that appended
+    /// nothing to it for this long.
+    pub producer_id_expiration: Duration,
+    /// `producer.id.expiration.check.interval.ms`: how often each shard looks for them.
+    pub producer_id_expiration_check_interval: Duration,
 }
 
 /// Consumer-group settings (Kafka's names in comments).
@@ -206,6 +211,8 @@ const BROKER_KEYS: &[&str] = &[
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "group.max.size",
+    "producer.id.expiration.ms",
+    "producer.id.expiration.check.interval.ms",
 ];
 
 impl BrokerConfig {
@@ -313,6 +320,10 @@ impl BrokerConfig {
             }
         }
         topic_defaults.insert("segment.ms".into(), segment_ms_max.to_string());
+        // Kafka's int milliseconds settings that must be positive.
+        let positive_ms = |key: &str, default: &str| {
+            number(key, get(key).unwrap_or(default), 1, i32::MAX as u64).map(Duration::from_millis)
+        };
         let config = BrokerConfig {
             node_id: number(
                 "node.id",
@@ -420,6 +431,11 @@ impl BrokerConfig {
                 i32::MAX as usize,
             )?,
             topic_defaults,
+            producer_id_expiration: positive_ms("producer.id.expiration.ms", "86400000")?,
+            producer_id_expiration_check_interval: positive_ms(
+                "producer.id.expiration.check.interval.ms",
+                "600000",
+            )?,
             groups: GroupConfig {
                 offsets_partitions: number(
                     "offsets.topic.num.partitions",
@@ -447,18 +463,8 @@ impl BrokerConfig {
                     0,
                     1 << 31,
                 )?),
-                session_timeout_min: Duration::from_millis(number(
-                    "group.min.session.timeout.ms",
-                    get("group.min.session.timeout.ms").unwrap_or("6000"),
-                    1,
-                    i32::MAX as u64,
-                )?),
-                session_timeout_max: Duration::from_millis(number(
-                    "group.max.session.timeout.ms",
-                    get("group.max.session.timeout.ms").unwrap_or("1800000"),
-                    1,
-                    i32::MAX as u64,
-                )?),
+                session_timeout_min: positive_ms("group.min.session.timeout.ms", "6000")?,
+                session_timeout_max: positive_ms("group.max.session.timeout.ms", "1800000")?,
                 members_max: number(
                     "group.max.size",
                     get("group.max.size").unwrap_or("2147483647"),
@@ -537,6 +543,16 @@ impl BrokerConfig {
             (
                 "max.connections.per.ip".into(),
                 self.connections_per_ip_max.to_string(),
+            ),
+            (
+                "producer.id.expiration.ms".into(),
+                self.producer_id_expiration.as_millis().to_string(),
+            ),
+            (
+                "producer.id.expiration.check.interval.ms".into(),
+                self.producer_id_expiration_check_interval
+                    .as_millis()
+                    .to_string(),
             ),
         ];
         for (topic_key, broker_key, _) in TOPIC_CONFIGS {
@@ -695,5 +711,18 @@ mod tests {
         assert_eq!(config.topic_defaults["retention.bytes"], "1000");
         assert_eq!(config.retention_check_interval, Duration::from_millis(250));
         assert_eq!(load(&[]).retention_check_interval, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn producer_expiration_has_kafka_defaults() {
+        let config = BrokerConfig::load(None, &[]).expect("defaults");
+        assert_eq!(config.producer_id_expiration, Duration::from_secs(86_400));
+        let interval = config.producer_id_expiration_check_interval;
+        assert_eq!(interval, Duration::from_secs(600));
+        let flags = ["producer.id.expiration.ms=500".to_string()];
+        let config = BrokerConfig::load(None, &flags).expect("valid");
+        assert_eq!(config.producer_id_expiration, Duration::from_millis(500));
+        let zero = ["producer.id.expiration.ms=0".to_string()];
+        assert!(BrokerConfig::load(None, &zero).is_err());
     }
 }

@@ -26,6 +26,15 @@ use crate::shard_state::Shard;
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Partitions one topic may have; far above what a node serves, well below overflow.
 pub const PARTITIONS_MAX: i32 = 100_000;
+/// Producer ids in one block handed to a broker (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+/// Producer ids `[first, first + size)`, handed to one broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerIdBlock {
+    pub first: i64,
+    pub size: i64,
+}
 
 /// A refusal, in Kafka's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +205,48 @@ impl Controller {
             partition_count,
         })?;
         Controller::publish(shard, id).await
+    }
+
+    /// Hands broker `broker_id` the next block of producer ids (Kafka's AllocateProducerIds):
+    /// the block is committed as taken before it is returned, so after any crash the next
+    /// block starts past every id this one may have given out.
+    pub fn allocate_producer_ids(
+        shard: &Rc<Shard>,
+        broker_id: i32,
+    ) -> Result<ProducerIdBlock, Refusal> {
+        let controller = shard
+            .controller
+            .as_ref()
+            .expect("controller calls run on shard 0");
+        let first = controller.image.borrow().next_producer_id_block_start;
+        let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
+            return Err(Refusal::new(
+                ResponseError::UnknownServerError,
+                "Exhausted all producer ids: the next block would pass i64::MAX.",
+            ));
+        };
+        controller.commit(MetadataRecord::ProducerIds {
+            broker_id,
+            broker_epoch: -1,
+            next_producer_id_block_start: next,
+        })?;
+        Ok(ProducerIdBlock {
+            first,
+            size: PRODUCER_ID_BLOCK_SIZE,
+        })
+    }
+
+    /// [`Controller::allocate_producer_ids`] asked from any shard.
+    pub async fn allocate_producer_ids_from(
+        shard: &Rc<Shard>,
+        broker_id: i32,
+    ) -> Result<Result<ProducerIdBlock, Refusal>, ShardStopped> {
+        shard
+            .router
+            .call(shard, 0, move |controller: Rc<Shard>| async move {
+                Controller::allocate_producer_ids(&controller, broker_id)
+            })
+            .await
     }
 
     fn commit(&self, record: MetadataRecord) -> Result<(), Refusal> {

@@ -5,7 +5,7 @@
 
 use kafka_protocol::error::ResponseError;
 use storage::batch::BatchError;
-use storage::{AppendError, ReadError, StorageError};
+use storage::{AppendError, ProducerError, ReadError, StorageError};
 
 pub const NONE: i16 = 0;
 
@@ -22,7 +22,16 @@ pub fn append_error(error: &AppendError) -> i16 {
         AppendError::Batch(BatchError::RecordsTooLarge { .. }) => {
             code(ResponseError::RecordListTooLarge)
         }
+        AppendError::Batch(
+            BatchError::InvalidProducerSequence { .. } | BatchError::ProducerBatchNotAlone,
+        ) => code(ResponseError::InvalidRecord),
         AppendError::Batch(_) => code(ResponseError::CorruptMessage),
+        AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+            code(ResponseError::OutOfOrderSequenceNumber)
+        }
+        AppendError::Producer(ProducerError::StaleEpoch { .. }) => {
+            code(ResponseError::InvalidProducerEpoch)
+        }
         AppendError::Storage(storage) => storage_error(storage),
     }
 }

@@ -23,6 +23,7 @@ pub mod listener;
 pub mod memory;
 pub mod metadata;
 pub mod partition;
+pub mod producers;
 pub mod request;
 pub mod retention;
 pub mod server;

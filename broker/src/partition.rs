@@ -38,7 +38,8 @@ pub struct Partition {
 pub struct AppendOutcome {
     pub error_code: i16,
     pub base_offset: i64,
-    /// The offset after the last record appended (-1 when nothing was).
+    /// The offset after the last record appended (-1 when nothing was). For a retried
+    /// idempotent batch, the end of the original, which the answer waits for as for an append.
     pub end_offset: i64,
     pub log_start_offset: i64,
 }
@@ -85,7 +86,9 @@ impl Partition {
     /// Queues an append of `records` (one or more v2 batches) behind every append queued
     /// before, now, and returns the future that performs it when its turn comes. The log
     /// refuses them all, storing nothing, if one is invalid (CORRUPT_MESSAGE) or above the
-    /// topic's `max.message.bytes` (MESSAGE_TOO_LARGE). Does not wait for the disk, except
+    /// topic's `max.message.bytes` (MESSAGE_TOO_LARGE), or if an idempotent batch does not
+    /// follow its producer's last ones (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH);
+    /// a retry of one of those is answered with the original's offsets and not stored. Does not wait for the disk, except
     /// when appends outrun it: then the write queue is full, and the append (and every one
     /// behind it) waits for room.
     pub fn queue_append(
@@ -118,6 +121,11 @@ impl Partition {
                         return refused(errors::storage_error(&error));
                     }
                 }
+                Err(AppendError::Producer(error)) => {
+                    // The client's business (a fenced producer, lost batches), not the node's.
+                    tracing::debug!(partition = self.index, %error, "idempotent batch refused");
+                    return refused(errors::append_error(&AppendError::Producer(error)));
+                }
                 Err(error) => {
                     if !matches!(&error, AppendError::Storage(e) if !newly_failed(e)) {
                         tracing::warn!(partition = self.index, %error, "append refused");
@@ -126,6 +134,13 @@ impl Partition {
                 }
             }
         };
+        if info.duplicate {
+            tracing::debug!(
+                partition = self.index,
+                base_offset = info.base_offset,
+                "duplicate batch not written again"
+            );
+        }
         AppendOutcome {
             error_code: errors::NONE,
             base_offset: info.base_offset,

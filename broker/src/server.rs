@@ -148,6 +148,7 @@ async fn shard_main(
     opened.context("opening partitions")?;
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
     let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
+    let expiry = glommio::spawn_local(crate::producers::expire_forever(shard.clone())).detach();
     let sweeper = glommio::spawn_local(crate::groups::GroupCoordinator::sweep_forever(
         shard.clone(),
     ))
@@ -166,6 +167,7 @@ async fn shard_main(
     }
     flusher.cancel();
     retention.cancel();
+    expiry.cancel();
     sweeper.cancel();
     shard.close().await;
     inbox.cancel();

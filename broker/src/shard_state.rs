@@ -21,6 +21,7 @@ use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::listener::ConnectionCounts;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
+use crate::producers::ProducerIds;
 
 pub struct Shard {
     pub router: Router<Shard>,
@@ -43,6 +44,8 @@ pub struct Shard {
     pub controller: Option<Controller>,
     /// Groups whose `__consumer_offsets` partition this shard owns.
     pub groups: GroupCoordinator,
+    /// The producer ids this shard hands out (InitProducerId).
+    pub producer_ids: ProducerIds,
     /// Connections of the whole node, counted on shard 0 (where the acceptor runs).
     pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
@@ -70,6 +73,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             controller,
             groups,
+            producer_ids: ProducerIds::default(),
             connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),
@@ -225,6 +229,7 @@ impl Shard {
             write_buffer_bytes_max: self.config.write_buffer_bytes_max,
             batch_bytes_max: number("max.message.bytes", self.config.message_bytes_max as u64)
                 as usize,
+            producer_id_expiration_ms: self.config.producer_id_expiration.as_millis() as i64,
         };
         let dir = self
             .config

@@ -606,3 +606,21 @@ fn two_members_of_a_group_split_the_partitions() {
     expected.sort();
     assert_eq!(read, expected, "everything once, nothing twice");
 }
+
+#[test]
+fn produce_is_idempotent_by_default_and_plain_on_request() {
+    let node = Node::start(&[]);
+    ok(&node, &["topic", "create", "once", "--partitions", "1"], "");
+    ok(&node, &["produce", "once"], "a\nb\nc\n");
+    ok(&node, &["produce", "once"], "d\n");
+    ok(&node, &["produce", "once", "--no-idempotence"], "e\n");
+    ok(&node, &["produce", "once", "--acks", "1"], "f\n");
+    let batches = common::read_batches(&mut node.connect(), "once", 0);
+    assert_eq!(batches.len(), 4, "{batches:?}");
+    let (first, second) = (batches[0], batches[1]);
+    assert!(first.0 >= 0 && second.0 >= 0, "producer ids: {batches:?}");
+    assert_ne!(first.0, second.0, "each run is a new producer");
+    assert_eq!((first.1, first.2), (0, 3), "sequences start at 0");
+    assert_eq!((second.1, second.2), (0, 1));
+    assert_eq!(batches[2..].to_vec(), vec![(-1, -1, 1); 2], "plain batches");
+}

@@ -125,6 +125,56 @@ fn every_announced_version_answers() {
         assert_eq!(answer.brokers[0].port, node.port as i32);
     }
 
+    // InitProducerId: an idempotent producer gets a fresh id at epoch 0 at every version,
+    // also when it names the id and epoch it had (v3+); a transactional one is refused.
+    let mut producer_ids = Vec::new();
+    for version in range(ApiKey::InitProducerId) {
+        let mut request = InitProducerIdRequest::default()
+            // Null, not the codec's default of "": an empty transactional id is refused.
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000);
+        if version >= 3 {
+            let previous = producer_ids.last().copied().unwrap_or(-1);
+            request = request
+                .with_producer_id(ProducerId(previous))
+                .with_producer_epoch(if previous < 0 { -1 } else { 0 });
+        }
+        let ResponseKind::InitProducerId(answer) =
+            client.call(version, RequestKind::InitProducerId(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.error_code, 0, "InitProducerId v{version}");
+        assert_eq!(answer.producer_epoch, 0, "InitProducerId v{version}");
+        assert!(
+            !producer_ids.contains(&answer.producer_id.0) && answer.producer_id.0 >= 0,
+            "InitProducerId v{version} gave {:?} after {producer_ids:?}",
+            answer.producer_id
+        );
+        producer_ids.push(answer.producer_id.0);
+        let transactional = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))))
+            .with_transaction_timeout_ms(60_000);
+        let ResponseKind::InitProducerId(answer) =
+            client.call(version, RequestKind::InitProducerId(transactional))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            answer.error_code, 35,
+            "InitProducerId v{version}: transactions are not offered"
+        );
+        assert_eq!(answer.producer_id.0, -1);
+        // The codec's default transactional id is "", which Kafka refuses as INVALID_REQUEST.
+        let empty = InitProducerIdRequest::default().with_transaction_timeout_ms(60_000);
+        let ResponseKind::InitProducerId(answer) =
+            client.call(version, RequestKind::InitProducerId(empty))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.error_code, 42, "InitProducerId v{version} with \"\"");
+    }
+
     // Metadata, which auto-creates the topic the data-path calls use.
     for version in range(ApiKey::Metadata) {
         let wanted = MetadataRequestTopic::default().with_name(Some(name("auto")));

@@ -14,10 +14,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use common::{batch, Node};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -122,37 +121,8 @@ fn pipelined_requests_are_stored_in_the_order_sent_on_both_shards() {
 
 /// Every record's sequence number in `partition`, from offset 0, in offset order.
 fn read_sequences(client: &mut common::Client, partition: i32) -> Vec<u64> {
-    let mut sequences = Vec::new();
-    let mut offset = 0i64;
-    loop {
-        let request = FetchRequest::default()
-            .with_max_wait_ms(0)
-            .with_max_bytes(8 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(name())
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(8 << 20)])]);
-        let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
-            unreachable!()
-        };
-        let data = &answer.responses[0].partitions[0];
-        assert_eq!(data.error_code, 0);
-        let mut records = data.records.clone().unwrap_or_default();
-        if records.is_empty() {
-            return sequences;
-        }
-        while records.has_remaining() {
-            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut records)
-                .expect("stored batches decode");
-            for record in set.records {
-                assert_eq!(record.offset, offset, "offsets are dense");
-                offset += 1;
-                let value = record.value.expect("a value");
-                sequences.push(u64::from_be_bytes(value[..8].try_into().expect("8 bytes")));
-            }
-        }
-    }
+    common::read_values(client, TOPIC, partition)
+        .iter()
+        .map(|value| u64::from_be_bytes(value[..8].try_into().expect("8 bytes")))
+        .collect()
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{batch, values, Client, Node};
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -32,25 +31,9 @@ fn name(topic: &str) -> TopicName {
 
 /// A topic with 4 KiB segments and `settings` on top.
 fn create(client: &mut Client, topic: &str, settings: &[(&str, &str)]) {
-    let configs = [("segment.bytes", "4096")]
-        .iter()
-        .chain(settings)
-        .map(|(key, value)| {
-            CreatableTopicConfig::default()
-                .with_name(StrBytes::from_string(key.to_string()))
-                .with_value(Some(StrBytes::from_string(value.to_string())))
-        })
-        .collect();
-    let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-        .with_name(name(topic))
-        .with_num_partitions(1)
-        .with_replication_factor(1)
-        .with_configs(configs)]);
-    let ResponseKind::CreateTopics(answer) = client.call(7, RequestKind::CreateTopics(request))
-    else {
-        unreachable!()
-    };
-    assert_eq!(answer.topics[0].error_code, 0, "{topic}");
+    let mut configs = vec![("segment.bytes", "4096")];
+    configs.extend_from_slice(settings);
+    common::create_topic(client, topic, 1, &configs);
 }
 
 /// Produces one batch; its base offset.
@@ -128,14 +111,7 @@ fn value(i: i64) -> Vec<u8> {
 }
 
 fn segment_files(node: &Node, topic: &str) -> usize {
-    let dir = node.dir.join("data").join(format!("{topic}-0"));
-    std::fs::read_dir(dir)
-        .expect("partition dir")
-        .filter(|e| {
-            let name = e.as_ref().expect("entry").file_name();
-            name.to_string_lossy().ends_with(".log")
-        })
-        .count()
+    common::partition_files(&node.dir, topic, 0, ".log")
 }
 
 #[test]
@@ -157,10 +133,12 @@ fn retention_bytes_deletes_old_segments_of_delete_topics_only() {
         }
     }
 
+    // Passes that ran while the batches were still arriving deleted less: wait for the pass
+    // that sees them all (every 100 ms).
     let deadline = Instant::now() + Duration::from_secs(20);
     let start = loop {
         let start = earliest(&mut client, "aging");
-        if start > 0 || Instant::now() > deadline {
+        if start >= 21 || Instant::now() > deadline {
             break start;
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -20,6 +20,7 @@ pub mod out_frame;
 mod read_buffer;
 pub mod request;
 pub mod response;
+pub mod sequence;
 pub mod versions;
 
 pub use budget::{Budget, Reservation};

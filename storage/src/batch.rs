@@ -64,6 +64,17 @@ pub enum BatchError {
         batch_bytes: usize,
         batch_bytes_max: usize,
     },
+    /// An idempotent batch (a producer id) without a sequence number (Kafka: INVALID_RECORD).
+    #[error("invalid sequence number {base_sequence} in a batch of producer {producer_id}")]
+    InvalidProducerSequence {
+        producer_id: i64,
+        base_sequence: i32,
+    },
+    /// An idempotent batch sent with other batches for the same partition: Kafka's clients
+    /// send one batch per partition and request, and the broker checks sequences per batch
+    /// (Kafka: INVALID_RECORD).
+    #[error("an idempotent batch must be the only batch of its partition in a request")]
+    ProducerBatchNotAlone,
     /// One append larger than a whole segment (Kafka: RECORD_LIST_TOO_LARGE).
     #[error("{records_bytes} bytes of records exceed segment_bytes_max {segment_bytes_max}")]
     RecordsTooLarge {
@@ -145,6 +156,11 @@ impl BatchHeader {
 
     pub fn last_offset(&self) -> i64 {
         self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// The batch comes from an idempotent (or transactional) producer.
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
     }
 
     pub fn is_control(&self) -> bool {
@@ -376,6 +392,8 @@ mod tests {
             record_count: 3,
             base_timestamp: 1_000,
             producer_id: 42,
+            producer_epoch: 3,
+            base_sequence: 11,
             ..BatchSpec::default()
         };
         let bytes = encode_batch(&spec);
@@ -388,6 +406,8 @@ mod tests {
         assert_eq!(header.base_timestamp, 1_000);
         assert_eq!(header.max_timestamp, 1_002);
         assert_eq!(header.producer_id, 42);
+        assert_eq!((header.producer_epoch, header.base_sequence), (3, 11));
+        assert!(header.has_producer_id());
         assert_eq!(header.total_bytes(), bytes.len());
         assert!(!header.is_control());
         assert!(!header.is_transactional());

@@ -1,12 +1,13 @@
 //! Error types of the storage crate, one enum per layer.
 //!
-//! Invariants: an `AppendError::Batch` affects only the producer request that carried the batch
-//! (Kafka CORRUPT_MESSAGE); a `StorageError::Failed` affects the whole partition log until it is
+//! Invariants: an `AppendError::Batch` or `AppendError::Producer` affects only the producer
+//! request that carried the batch; a `StorageError::Failed` affects the whole partition log until it is
 //! reopened (the log latched after a failed write or fdatasync and will not pretend durability).
 
 use std::path::PathBuf;
 
 use crate::batch::BatchError;
+use crate::producer_state::ProducerError;
 
 /// Failures of the partition log's files.
 #[derive(thiserror::Error, Debug)]
@@ -64,6 +65,10 @@ pub enum AppendError {
     /// A batch of the request is invalid; nothing of the request was stored (CORRUPT_MESSAGE).
     #[error(transparent)]
     Batch(#[from] BatchError),
+    /// An idempotent batch does not follow what its producer appended before (Kafka:
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER or INVALID_PRODUCER_EPOCH); nothing was stored.
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -13,6 +13,8 @@
 //!                                 past the end until the segment is sealed or closed)
 //! 00000000000000000000.index      8-byte entries: relative last offset u32 BE | position u32 BE
 //! 00000000000000000000.timeindex  12-byte entries: max timestamp i64 BE | relative offset u32 BE
+//! 00000000000000004096.snapshot   producer state below offset 4096: written at each roll and
+//!                                 by `Log::close`, the newest two kept (crc32fast)
 //! clean_shutdown.checkpoint       written by `Log::close`, removed by `Log::open` (crc32fast)
 //! ```
 //! Index files are written whole when a segment is sealed (after a roll) or the log closed;
@@ -20,6 +22,11 @@
 //!
 //! Retention (`Log::apply_retention`) deletes whole segments, oldest first; the log start
 //! offset is the first remaining segment's base offset, so it needs no file of its own.
+//!
+//! Idempotent producers: `Log::append` checks a batch that carries a producer id against the
+//! partition's producer state at the moment it assigns offsets (no `.await` in between), so a
+//! retried batch is answered with its original offsets (`AppendInfo::duplicate`) and never
+//! stored twice; the state is rebuilt on open from the newest snapshot and the batches after it.
 //!
 //! For callers: `Log::append` never waits for the disk; when appends outrun it by more than
 //! eight write buffers it refuses with `StorageError::WriteBufferFull` (nothing stored): await
@@ -31,6 +38,7 @@ mod error;
 mod index;
 mod io;
 mod log;
+mod producer_state;
 mod recovery;
 mod retention;
 mod segment;
@@ -40,4 +48,5 @@ pub use crate::cache::BatchCache;
 pub use crate::error::{AppendError, ReadError, StorageError};
 pub use crate::io::IoMode;
 pub use crate::log::{AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult};
+pub use crate::producer_state::{ProducerError, BATCHES_PER_PRODUCER_MAX};
 pub use crate::retention::Retention;

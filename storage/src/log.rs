@@ -36,15 +36,19 @@ use crate::batch::{
 };
 use crate::cache::BatchCache;
 use crate::error::{AppendError, ReadError, StorageError};
-use crate::io::{align_down, align_up, sync_dir, IoMode, SegmentFile, BLOCK_BYTES};
+use crate::io::{
+    align_down, align_up, read_small_file, sync_dir, write_small_file, IoMode, SegmentFile,
+    BLOCK_BYTES,
+};
+use crate::producer_state::{ProducerSnapshot, ProducerTable, Verdict};
 use crate::recovery::{
     check_tail, load_indexes, read_clean_shutdown, scan_segment, write_clean_shutdown,
     write_indexes, CleanShutdown, CLEAN_SHUTDOWN_FILE,
 };
 use crate::retention::{expired_prefix, Retention, SegmentAge};
 use crate::segment::{
-    parse_segment_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, SPARE_SUFFIX,
-    TIMESTAMP_NONE, TIME_INDEX_SUFFIX,
+    parse_segment_file_name, segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX,
+    SPARE_SUFFIX, TIMESTAMP_NONE, TIME_INDEX_SUFFIX,
 };
 
 /// Bytes that may wait in the write queue, in units of `write_buffer_bytes_max`; beyond it
@@ -71,6 +75,14 @@ const READ_AHEAD_BYTES_MIN: u64 = 64 << 10;
 const READ_BYTES_MAX: usize = 64 << 20;
 /// Upper bound on `write_buffer_bytes_max`.
 const WRITE_BUFFER_BYTES_MAX: usize = 64 << 20;
+/// Producer-state snapshots a log keeps: the newest, and one to fall back on should the
+/// newest be damaged.
+const SNAPSHOTS_KEPT: usize = 2;
+/// Producers a snapshot file may describe (about 100 bytes each); a larger file is taken for
+/// damage and the state is rebuilt from the log instead.
+const SNAPSHOT_PRODUCERS_MAX: u64 = 1 << 21;
+/// Bytes read per step when the producer state is rebuilt from the log.
+const PRODUCER_REPLAY_WINDOW_BYTES: usize = 1 << 20;
 
 const _: () = assert!(CHUNK_BYTES_MIN % BLOCK_BYTES == 0);
 const _: () = assert!(READ_BYTES_MAX >= BATCH_BYTES_MAX);
@@ -98,6 +110,9 @@ pub struct LogConfig {
     pub write_buffer_bytes_max: usize,
     /// max.message.bytes: the largest record batch an append accepts.
     pub batch_bytes_max: usize,
+    /// producer.id.expiration.ms: an idempotent producer that appended nothing for this long
+    /// is forgotten (see [`Log::expire_producers`]).
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -109,6 +124,7 @@ impl Default for LogConfig {
             io_mode: IoMode::default(),
             write_buffer_bytes_max: 1 << 20,
             batch_bytes_max: BATCH_BYTES_MAX,
+            producer_id_expiration_ms: 86_400_000,
         }
     }
 }
@@ -149,6 +165,24 @@ pub struct AppendInfo {
     pub offset_of_max_timestamp: i64,
     pub batch_count: usize,
     pub bytes: usize,
+    /// The batch is a retry of an idempotent batch the log holds already: nothing was
+    /// stored, and the offsets are the original's (which may not be written yet: wait for
+    /// them as for a fresh append).
+    pub duplicate: bool,
+}
+
+impl AppendInfo {
+    fn duplicate(base_offset: i64, last_offset: i64) -> AppendInfo {
+        AppendInfo {
+            base_offset,
+            last_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: base_offset,
+            batch_count: 0,
+            bytes: 0,
+            duplicate: true,
+        }
+    }
 }
 
 /// What `Log::read` found.
@@ -186,6 +220,8 @@ struct Inner {
     /// overwrite. Freeing a file's blocks costs the file system (and, mounted with `discard`,
     /// the disk) far more than renaming it; overwriting allocated blocks spares allocation.
     spares: RefCell<Vec<PathBuf>>,
+    /// Offsets of the producer-state snapshots on disk, ascending.
+    snapshots: RefCell<Vec<i64>>,
 }
 
 /// Reads that went to the segment files (not the write queue or the batch cache) since the
@@ -292,6 +328,8 @@ struct State {
     closed_cleanly: bool,
     /// Direct mode: the read-ahead in flight, if any (one per log).
     read_ahead: Option<ReadAhead>,
+    /// Idempotent producers and their last batches, as of `log_end_offset`.
+    producers: ProducerTable,
 }
 
 /// Bytes `[position, position + len)` of a segment, being read ahead of a reader.
@@ -312,11 +350,19 @@ impl ReadAhead {
 
 enum WriteOp {
     Data(Chunk),
-    /// Finish a segment that is no longer active: drop padding, fdatasync, write its indexes.
+    /// Finish a segment that is no longer active: drop padding, fdatasync, write its indexes
+    /// and the producer-state snapshot taken when it was rolled.
     Seal {
         segment_base_offset: i64,
         op_seq: u64,
+        snapshot: Snapshot,
     },
+}
+
+/// A producer-state snapshot as of `offset`, encoded when the segment before it was rolled.
+struct Snapshot {
+    offset: i64,
+    bytes: Vec<u8>,
 }
 
 impl WriteOp {
@@ -404,6 +450,7 @@ enum Job {
     },
     Seal {
         segment_base_offset: i64,
+        snapshot: Snapshot,
     },
 }
 
@@ -677,9 +724,14 @@ impl State {
         let job = match front {
             WriteOp::Seal {
                 segment_base_offset,
+                snapshot,
                 ..
             } => Job::Seal {
                 segment_base_offset: *segment_base_offset,
+                snapshot: Snapshot {
+                    offset: snapshot.offset,
+                    bytes: std::mem::take(&mut snapshot.bytes),
+                },
             },
             WriteOp::Data(chunk) => {
                 let info = ChunkInfo {
@@ -783,6 +835,7 @@ impl State {
         let Some(WriteOp::Seal {
             segment_base_offset,
             op_seq,
+            ..
         }) = self.queue.pop_front()
         else {
             unreachable!("the completed op is the front seal op")
@@ -973,16 +1026,23 @@ impl Inner {
             }
             Job::Seal {
                 segment_base_offset,
+                snapshot,
             } => {
-                self.seal_segment(segment_base_offset).await?;
+                self.seal_segment(segment_base_offset, snapshot).await?;
                 self.state.borrow_mut().complete_seal();
             }
         }
         Ok(())
     }
 
-    /// Makes a segment's files final: `.log` without padding and durable, indexes written.
-    async fn seal_segment(&self, segment_base_offset: i64) -> Result<(), StorageError> {
+    /// Makes a segment's files final: `.log` without padding and durable, indexes written,
+    /// then the producer-state snapshot as of the segment's end (everything it describes is
+    /// durable by then).
+    async fn seal_segment(
+        &self,
+        segment_base_offset: i64,
+        snapshot: Snapshot,
+    ) -> Result<(), StorageError> {
         let file = self.segment_file(segment_base_offset).await?;
         let (size_bytes, index_bytes, time_index_bytes) = {
             let state = self.state.borrow();
@@ -1006,7 +1066,27 @@ impl Inner {
             time_index_bytes,
         )
         .await?;
-        sync_dir(&self.dir).await
+        self.write_snapshot(snapshot).await
+    }
+
+    /// Writes a producer-state snapshot and makes its name durable, then removes all but the
+    /// newest `SNAPSHOTS_KEPT` (an old one left by a crash is harmless: the newest is used).
+    async fn write_snapshot(&self, snapshot: Snapshot) -> Result<(), StorageError> {
+        let path = segment_path(&self.dir, snapshot.offset, SNAPSHOT_SUFFIX);
+        write_small_file(&path, snapshot.bytes).await?;
+        sync_dir(&self.dir).await?;
+        let stale: Vec<i64> = {
+            let mut snapshots = self.snapshots.borrow_mut();
+            if let Err(slot) = snapshots.binary_search(&snapshot.offset) {
+                snapshots.insert(slot, snapshot.offset);
+            }
+            let stale_count = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
+            snapshots.drain(..stale_count).collect()
+        };
+        for offset in stale {
+            remove_file_if_present(&segment_path(&self.dir, offset, SNAPSHOT_SUFFIX))?;
+        }
+        Ok(())
     }
 
     /// Plans reading `[position, position + len)` of a segment; copies what is in memory now.
@@ -1364,7 +1444,7 @@ impl Log {
             std::path::absolute(&dir).map_err(|e| StorageError::io("resolve dir", &dir, e))?;
         // Blocking directory calls, once per open: glommio has no async mkdir/readdir.
         std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
-        let (bases, spares) = list_segment_bases(&dir)?;
+        let (bases, spares, snapshots) = list_segment_bases(&dir)?;
         let clean_shutdown = read_clean_shutdown(&dir).await?;
         let checkpoint_path = dir.join(CLEAN_SHUTDOWN_FILE);
         if checkpoint_path.exists() {
@@ -1397,6 +1477,7 @@ impl Log {
             closed: false,
             closed_cleanly: false,
             read_ahead: None,
+            producers: ProducerTable::default(),
         };
         let signals = Rc::new(Signals::default());
         let inner = Rc::new(Inner {
@@ -1409,9 +1490,130 @@ impl Log {
             disk_reads: Cell::new(DiskReads::default()),
             disk_writes: Cell::new(DiskWrites::default()),
             spares: RefCell::new(spares),
+            snapshots: RefCell::new(Vec::new()),
         });
         glommio::spawn_local(writer_task(Rc::downgrade(&inner), signals)).detach();
-        Ok(Log { inner })
+        let log = Log { inner };
+        log.load_producers(snapshots, wall_clock_ms()).await?;
+        Ok(log)
+    }
+
+    /// Rebuilds the producer state: the newest valid snapshot at or below the log end (one
+    /// above it describes batches a crash took back, and is removed), then every batch after
+    /// it, replayed without checks. Producers rebuilt from batches count as active at `now_ms`
+    /// (the log keeps no append times), those from the snapshot keep their times.
+    async fn load_producers(&self, offsets: Vec<i64>, now_ms: i64) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let (log_start_offset, log_end_offset) = {
+            let state = inner.state.borrow();
+            (state.log_start_offset, state.log_end_offset)
+        };
+        let mut kept = Vec::new();
+        let mut loaded = None;
+        for &offset in offsets.iter().rev() {
+            let path = segment_path(&inner.dir, offset, SNAPSHOT_SUFFIX);
+            if loaded.is_some() {
+                kept.push(offset);
+                continue;
+            }
+            let bytes_max = ProducerSnapshot::bytes_max(SNAPSHOT_PRODUCERS_MAX);
+            let decoded = if offset > log_end_offset {
+                Err(format!("past the log end offset {log_end_offset}"))
+            } else {
+                match read_small_file(&path, bytes_max).await {
+                    Ok(Some(bytes)) => ProducerSnapshot::decode(&bytes),
+                    Ok(None) => Err("vanished".to_string()),
+                    Err(StorageError::CorruptFile { reason, .. }) => Err(reason),
+                    Err(error) => return Err(error),
+                }
+            };
+            match decoded {
+                Ok((snapshot_offset, table)) if snapshot_offset == offset => {
+                    kept.push(offset);
+                    loaded = Some((offset, table));
+                }
+                Ok((snapshot_offset, _)) => {
+                    let reason = format!("says offset {snapshot_offset}");
+                    tracing::warn!(path = %path.display(), reason, "removing a producer snapshot");
+                    remove_file_if_present(&path)?;
+                }
+                Err(reason) => {
+                    tracing::warn!(path = %path.display(), reason, "removing a producer snapshot");
+                    remove_file_if_present(&path)?;
+                }
+            }
+        }
+        kept.reverse();
+        *inner.snapshots.borrow_mut() = kept;
+        let (from, mut table) = loaded.unwrap_or((log_start_offset, ProducerTable::default()));
+        table.expire(now_ms, inner.config.producer_id_expiration_ms);
+        let from = from.max(log_start_offset);
+        if from < log_end_offset {
+            tracing::info!(
+                dir = %inner.dir.display(),
+                from,
+                log_end_offset,
+                "rebuilding producer state from the log"
+            );
+            self.replay_producers(from, &mut table, now_ms).await?;
+        }
+        inner.state.borrow_mut().producers = table;
+        Ok(())
+    }
+
+    /// Records in `table` every idempotent batch at or after `from`, walking the batch
+    /// headers of the segments (read in windows of `PRODUCER_REPLAY_WINDOW_BYTES`).
+    async fn replay_producers(
+        &self,
+        from: i64,
+        table: &mut ProducerTable,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let starts: Vec<(i64, u64)> = {
+            let state = inner.state.borrow();
+            state
+                .segments
+                .iter()
+                .filter(|segment| segment.next_offset > from)
+                .map(|segment| (segment.base_offset, u64::from(segment.index.lookup(from))))
+                .collect()
+        };
+        let mut reader = SegmentReader::new(PRODUCER_REPLAY_WINDOW_BYTES);
+        for (segment_base_offset, mut position) in starts {
+            while let Some(header) = reader
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                if header.base_offset >= from && header.has_producer_id() {
+                    table.record(&header, now_ms);
+                }
+                position += header.total_bytes() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the idempotent producers that appended nothing for `producer.id.expiration.ms`
+    /// (Kafka's expiry); a forgotten producer's next batch is accepted at any sequence.
+    /// Returns how many were forgotten.
+    pub fn expire_producers(&self, now_ms: i64) -> usize {
+        let expiration_ms = self.inner.config.producer_id_expiration_ms;
+        let expired = self
+            .inner
+            .state
+            .borrow_mut()
+            .producers
+            .expire(now_ms, expiration_ms);
+        if expired > 0 {
+            tracing::debug!(dir = %self.inner.dir.display(), expired, "producers expired");
+        }
+        expired
+    }
+
+    /// Idempotent producers the log remembers.
+    pub fn producer_count(&self) -> usize {
+        self.inner.state.borrow().producers.len()
     }
 
     /// Validates every batch in `records` first (nothing is stored if any is invalid), then
@@ -1431,6 +1633,8 @@ impl Log {
         }
         let mut offset_count: u64 = 0;
         let mut batch_count = 0;
+        // The batch to check against the producer state, if it comes from a producer with an id.
+        let mut producer_batch: Option<BatchHeader> = None;
         for item in BatchIter::new(records) {
             let (header, _) = item?;
             if header.total_bytes() > config.batch_bytes_max {
@@ -1448,8 +1652,21 @@ impl Log {
                 }
                 .into());
             }
+            if header.has_producer_id() {
+                if header.base_sequence < 0 {
+                    return Err(BatchError::InvalidProducerSequence {
+                        producer_id: header.producer_id,
+                        base_sequence: header.base_sequence,
+                    }
+                    .into());
+                }
+                producer_batch = Some(header);
+            }
             offset_count += header.last_offset_delta as u64 + 1;
             batch_count += 1;
+        }
+        if producer_batch.is_some() && batch_count > 1 {
+            return Err(BatchError::ProducerBatchNotAlone.into());
         }
         let records_bytes = records.len() as u64;
         if records_bytes > config.segment_bytes_max || offset_count > u64::from(u32::MAX) {
@@ -1462,6 +1679,17 @@ impl Log {
 
         let mut state = inner.state.borrow_mut();
         state.check_writable(&inner.dir)?;
+        // Checked here, under the same borrow that assigns the offsets below: no other append
+        // can come between the check and the append.
+        if let Some(batch) = &producer_batch {
+            if let Verdict::Duplicate {
+                base_offset,
+                last_offset,
+            } = state.producers.check(batch)?
+            {
+                return Ok(AppendInfo::duplicate(base_offset, last_offset));
+            }
+        }
         let pending_bytes_max = config.pending_bytes_max();
         if state.pending_bytes > 0 && state.pending_bytes + records.len() > pending_bytes_max {
             return Err(StorageError::WriteBufferFull {
@@ -1493,6 +1721,7 @@ impl Log {
             offset_of_max_timestamp: log_end_offset,
             batch_count,
             bytes: records.len(),
+            duplicate: false,
         };
         let mut next_offset = log_end_offset;
         let position = state.active().size_bytes;
@@ -1510,6 +1739,9 @@ impl Log {
             state
                 .active_mut()
                 .on_batch(&header, position, config.index_interval_bytes);
+            if header.has_producer_id() {
+                state.producers.record(&header, now_ms);
+            }
             state.push_bytes(config, position, &head);
             let body = &records[range.start + BATCH_HEADER_BYTES..range.end];
             state.push_bytes(config, position + BATCH_HEADER_BYTES as u64, body);
@@ -2134,6 +2366,14 @@ impl Log {
         self.sync().await?;
         file.fdatasync().await?;
         write_indexes(&inner.dir, base_offset, index_bytes, time_index_bytes).await?;
+        let snapshot = {
+            let state = inner.state.borrow();
+            Snapshot {
+                offset: log_end_offset,
+                bytes: ProducerSnapshot::encode(&state.producers, log_end_offset),
+            }
+        };
+        inner.write_snapshot(snapshot).await?;
         let checkpoint = CleanShutdown {
             log_end_offset,
             active_base_offset: base_offset,
@@ -2175,30 +2415,42 @@ fn roll(state: &mut State, log_end_offset: i64) {
     let segment_base_offset = old.base_offset;
     tracing::debug!(segment_base_offset, log_end_offset, "rolling segment");
     let op_seq = state.next_op_seq();
+    let snapshot = Snapshot {
+        offset: log_end_offset,
+        bytes: ProducerSnapshot::encode(&state.producers, log_end_offset),
+    };
     state.queue.push_back(WriteOp::Seal {
         segment_base_offset,
         op_seq,
+        snapshot,
     });
     state.segments.push(Segment::new(log_end_offset, None));
 }
 
-/// Base offsets of the segments in `dir`, ascending, and the spare files there. Index files
-/// without their `.log` (left by a crash while retention deleted a segment) are removed.
-fn list_segment_bases(dir: &Path) -> Result<(Vec<i64>, Vec<PathBuf>), StorageError> {
+/// Segment base offsets, spare files and snapshot offsets of a partition directory.
+type DirListing = (Vec<i64>, Vec<PathBuf>, Vec<i64>);
+
+/// Base offsets of the segments in `dir`, ascending, the spare files there, and the offsets
+/// of the producer-state snapshots, ascending. Index files without their `.log` (left by a
+/// crash while retention deleted a segment) are removed.
+fn list_segment_bases(dir: &Path) -> Result<DirListing, StorageError> {
     let mut bases = Vec::new();
     let mut index_bases = Vec::new();
     let mut spares = Vec::new();
+    let mut snapshots = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("read dir", dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| StorageError::io("read dir", dir, e))?;
         match entry.file_name().to_str().and_then(parse_segment_file_name) {
             Some((base, LOG_SUFFIX)) => bases.push(base),
             Some((_, SPARE_SUFFIX)) => spares.push(entry.path()),
+            Some((offset, SNAPSHOT_SUFFIX)) => snapshots.push(offset),
             Some((base, _)) => index_bases.push(base),
             None => {}
         }
     }
     bases.sort_unstable();
+    snapshots.sort_unstable();
     for base in index_bases {
         if bases.binary_search(&base).is_err() {
             tracing::info!(
@@ -2208,7 +2460,7 @@ fn list_segment_bases(dir: &Path) -> Result<(Vec<i64>, Vec<PathBuf>), StorageErr
             remove_segment_files(dir, base)?;
         }
     }
-    Ok((bases, spares))
+    Ok((bases, spares, snapshots))
 }
 
 /// Renames a deleted segment's `.log` to its `.spare` name; returns the new path.
@@ -2221,14 +2473,24 @@ fn keep_as_spare(dir: &Path, base_offset: i64) -> Result<PathBuf, StorageError> 
 
 fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError> {
     for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-        let path = segment_path(dir, base_offset, suffix);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StorageError::io("remove", &path, e)),
-        }
+        remove_file_if_present(&segment_path(dir, base_offset, suffix))?;
     }
     Ok(())
+}
+
+fn remove_file_if_present(path: &Path) -> Result<(), StorageError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io("remove", path, e)),
+    }
+}
+
+/// Wall-clock time in milliseconds since the epoch (0 if the clock is before it).
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 /// Opens every segment. Indexes are trusted only when consistent with their `.log`; the active

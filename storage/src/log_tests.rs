@@ -1421,3 +1421,209 @@ fn group_commit_shares_fdatasyncs_and_never_answers_with_one_begun_before_the_wr
         });
     }
 }
+
+/// A batch of two records (the size of `batch(2, _)`) from an idempotent producer.
+fn idempotent(producer_id: i64, epoch: i16, base_sequence: i32) -> Vec<u8> {
+    encode_batch(&BatchSpec {
+        record_count: 2,
+        base_timestamp: 1_000,
+        producer_id,
+        producer_epoch: epoch,
+        base_sequence,
+        ..BatchSpec::default()
+    })
+}
+
+/// Appends `records` now (producers idle since the epoch would expire on the next open);
+/// the offsets it was answered with and whether it was a retry.
+fn answer(log: &Log, records: &[u8]) -> (i64, i64, bool) {
+    let info = log.append(records, 0, wall_clock_ms()).expect("append");
+    (info.base_offset, info.last_offset, info.duplicate)
+}
+
+fn out_of_order(result: Result<AppendInfo, AppendError>) -> bool {
+    matches!(
+        result,
+        Err(AppendError::Producer(
+            crate::ProducerError::OutOfOrderSequence { .. }
+        ))
+    )
+}
+
+#[test]
+fn an_idempotent_retry_is_answered_with_its_offsets_and_stores_nothing() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            assert_eq!(answer(&log, &idempotent(5, 0, 0)), (0, 1, false));
+            assert_eq!(answer(&log, &batch(1, 1_000)), (2, 2, false));
+            let size_bytes = log.size_bytes();
+            assert_eq!(answer(&log, &idempotent(5, 0, 0)), (0, 1, true));
+            assert_eq!((log.log_end_offset(), log.size_bytes()), (3, size_bytes));
+            assert!(out_of_order(log.append(&idempotent(5, 0, 3), 0, 0)));
+            assert!(matches!(
+                log.append(&idempotent(5, 0, -1), 0, 0),
+                Err(AppendError::Batch(
+                    BatchError::InvalidProducerSequence { .. }
+                ))
+            ));
+            let mut two = idempotent(5, 0, 2);
+            two.extend_from_slice(&batch(1, 1_000));
+            assert!(matches!(
+                log.append(&two, 0, 0),
+                Err(AppendError::Batch(BatchError::ProducerBatchNotAlone))
+            ));
+            assert_eq!(answer(&log, &idempotent(5, 0, 2)), (3, 4, false));
+            assert_eq!(batch_base_offsets(&read_all(&log, 0).await), vec![0, 2, 3]);
+            log.close().await.expect("close");
+        });
+    }
+}
+
+/// Producers A and B, whose batches span three segments (two batches each), and the
+/// snapshots written when those rolled.
+async fn producers_over_three_segments(dir: &Path, config: LogConfig) -> Log {
+    let log = open(dir, config).await;
+    for sequence in [0, 2, 4] {
+        assert!(!answer(&log, &idempotent(1, 0, sequence)).2, "A");
+    }
+    for sequence in [0, 2] {
+        assert!(!answer(&log, &idempotent(2, 3, sequence)).2, "B");
+    }
+    log.flush().await.expect("flush");
+    assert_eq!(segment_bases(&log), vec![0, 4, 8]);
+    assert_eq!(
+        files_with(dir, SNAPSHOT_SUFFIX),
+        vec![
+            "00000000000000000004.snapshot",
+            "00000000000000000008.snapshot"
+        ]
+    );
+    log
+}
+
+/// A and B as [`producers_over_three_segments`] left them: every batch a retry, the next
+/// sequence accepted, a gap refused.
+fn check_producers_a_and_b(log: &Log) {
+    for (index, sequence) in [0, 2, 4].into_iter().enumerate() {
+        let offset = 2 * index as i64;
+        assert_eq!(
+            answer(log, &idempotent(1, 0, sequence)),
+            (offset, offset + 1, true)
+        );
+    }
+    assert_eq!(answer(log, &idempotent(2, 3, 2)), (8, 9, true));
+    assert!(out_of_order(log.append(&idempotent(2, 3, 5), 0, 0)));
+    assert!(matches!(
+        log.append(&idempotent(2, 2, 4), 0, 0),
+        Err(AppendError::Producer(
+            crate::ProducerError::StaleEpoch { .. }
+        ))
+    ));
+    assert_eq!(answer(log, &idempotent(1, 0, 6)), (10, 11, false));
+}
+
+#[test]
+fn producer_state_is_rebuilt_after_a_crash_from_a_snapshot_and_the_log() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = small_segments(mode, 2);
+            let log = producers_over_three_segments(dir.path(), config.clone()).await;
+            drop(log); // crash: no close, no snapshot at the end
+            let log = open(dir.path(), config.clone()).await;
+            assert_eq!(log.producer_count(), 2);
+            check_producers_a_and_b(&log);
+            // A clean close writes a snapshot at the end, which alone rebuilds the state.
+            log.close().await.expect("close");
+            let names = files_with(dir.path(), SNAPSHOT_SUFFIX);
+            assert_eq!(
+                names.last().map(String::as_str),
+                Some("00000000000000000012.snapshot")
+            );
+            assert_eq!(names.len(), SNAPSHOTS_KEPT);
+            let log = open(dir.path(), config).await;
+            assert_eq!(answer(&log, &idempotent(1, 0, 6)), (10, 11, true));
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn a_damaged_snapshot_gives_way_to_an_older_one_and_the_log() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = small_segments(IoMode::Buffered, 2);
+        drop(producers_over_three_segments(dir.path(), config.clone()).await);
+        let newest = dir.path().join("00000000000000000008.snapshot");
+        let mut bytes = std::fs::read(&newest).expect("read");
+        bytes[20] ^= 0x40;
+        std::fs::write(&newest, bytes).expect("damage");
+        let log = open(dir.path(), config).await;
+        assert!(!newest.exists(), "a damaged snapshot is removed");
+        check_producers_a_and_b(&log);
+        log.close().await.expect("close");
+    });
+}
+
+#[test]
+fn producers_whose_batches_retention_deleted_are_kept_by_the_snapshot() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = small_segments(mode, 1);
+            let log = open(dir.path(), config.clone()).await;
+            assert_eq!(answer(&log, &idempotent(7, 0, 0)), (0, 1, false));
+            for _ in 0..3 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            log.flush().await.expect("flush");
+            let batch_bytes = batch(2, 1_000).len() as i64;
+            let keep_one = Retention {
+                ms: -1,
+                bytes: batch_bytes,
+            };
+            log.apply_retention(keep_one, 0).await.expect("retention");
+            assert_eq!(log.log_start_offset(), 6);
+            drop(log); // crash: the producer's only batch is gone from the log
+            let log = open(dir.path(), config).await;
+            // KIP-360: the state outlives the records, so the retry is still known.
+            assert_eq!(answer(&log, &idempotent(7, 0, 0)), (0, 1, true));
+            assert!(out_of_order(log.append(&idempotent(7, 0, 5), 0, 0)));
+            assert_eq!(answer(&log, &idempotent(7, 0, 2)), (8, 9, false));
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn idle_producers_expire_and_expired_ones_are_not_restored() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig {
+            producer_id_expiration_ms: 1_000,
+            ..config(IoMode::Buffered)
+        };
+        let log = open(dir.path(), config.clone()).await;
+        let now_ms = wall_clock_ms();
+        for (producer_id, at_ms) in [(1, now_ms - 10_000), (2, now_ms)] {
+            log.append(&idempotent(producer_id, 0, 0), 0, at_ms)
+                .expect("append");
+        }
+        assert_eq!(log.expire_producers(now_ms - 9_001), 0);
+        assert_eq!(log.expire_producers(now_ms - 9_000), 1);
+        assert_eq!(log.producer_count(), 1);
+        // A forgotten producer starts anywhere.
+        let info = log.append(&idempotent(1, 0, 40), 0, 0).expect("append");
+        assert_eq!((info.base_offset, info.duplicate), (4, false));
+        // Producers 1 and 3 idle since the epoch: the snapshot holds them, the next open
+        // drops them.
+        log.append(&idempotent(3, 0, 0), 0, 0).expect("append");
+        log.close().await.expect("close");
+        let log = open(dir.path(), config).await;
+        assert_eq!(log.producer_count(), 1);
+        assert_eq!(answer(&log, &idempotent(3, 0, 9)), (8, 9, false));
+        log.close().await.expect("close");
+    });
+}

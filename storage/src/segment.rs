@@ -18,6 +18,9 @@ pub(crate) const INDEX_SUFFIX: &str = "index";
 pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
 /// A deleted segment's `.log`, kept to be the file of a later segment.
 pub(crate) const SPARE_SUFFIX: &str = "spare";
+/// A producer-state snapshot, named by the offset it describes the state below (not a
+/// segment's file: no `.log` need start there).
+pub(crate) const SNAPSHOT_SUFFIX: &str = "snapshot";
 /// Marks "no timestamp seen yet"; Kafka's NO_TIMESTAMP is -1, which a batch may legally carry.
 pub(crate) const TIMESTAMP_NONE: i64 = i64::MIN;
 
@@ -25,13 +28,19 @@ pub(crate) fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBu
     dir.join(format!("{base_offset:020}.{suffix}"))
 }
 
-/// Base offset and suffix of a segment file's name (`.log`, `.index`, `.timeindex` or
-/// `.spare`), or `None` for any other file.
+/// Offset and suffix of a partition file's name (`.log`, `.index`, `.timeindex`, `.spare` or
+/// `.snapshot`), or `None` for any other file.
 pub(crate) fn parse_segment_file_name(name: &str) -> Option<(i64, &'static str)> {
     let (digits, suffix) = name.split_once('.')?;
-    let suffix = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SPARE_SUFFIX]
-        .into_iter()
-        .find(|known| *known == suffix)?;
+    let suffix = [
+        LOG_SUFFIX,
+        INDEX_SUFFIX,
+        TIME_INDEX_SUFFIX,
+        SPARE_SUFFIX,
+        SNAPSHOT_SUFFIX,
+    ]
+    .into_iter()
+    .find(|known| *known == suffix)?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -133,6 +142,10 @@ mod tests {
         assert_eq!(
             parse("00000000000000000042.spare"),
             Some((42, SPARE_SUFFIX))
+        );
+        assert_eq!(
+            parse("00000000000000000042.snapshot"),
+            Some((42, SNAPSHOT_SUFFIX))
         );
         assert_eq!(parse("00000000000000000042.log.swap"), None);
         assert_eq!(parse("42.log"), None);

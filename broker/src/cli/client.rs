@@ -56,6 +56,7 @@ pub const CLIENT_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The version of `api` to speak: the highest in both ranges, or an error naming the API.

@@ -8,8 +8,12 @@
 //! - A batch is sent when stdin has nothing more ready (so an interactive line goes out at
 //!   once) or when a partition holds [`BATCH_BYTES_MAX`]; with acks 1 or all the command
 //!   waits for every answer and fails on the first error, named as Kafka names it.
-//! - Retriable errors (leader moved, not yet available) are retried after refreshing the
-//!   topic's metadata, at most [`ATTEMPTS_MAX`] times per send.
+//! - Retriable errors (leader moved, not yet available, a lost connection) are retried after
+//!   refreshing the topic's metadata, at most [`ATTEMPTS_MAX`] times per send.
+//! - Idempotent by default, as Kafka's console producer is: with acks=all the command takes
+//!   a producer id (InitProducerId) and numbers each partition's records from 0, so a batch
+//!   resent after a lost answer is stored once; `--no-idempotence`, acks 0 or 1, or a broker
+//!   without InitProducerId send plain batches.
 
 use std::io::Read;
 use std::sync::mpsc;
@@ -20,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::ProduceRequest;
+use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -48,9 +52,14 @@ pub struct ProduceArgs {
     /// Split each line into key and value at the first occurrence of SEP.
     #[arg(long, value_name = "SEP")]
     pub key_separator: Option<String>,
-    /// 0 (no answer), 1 (leader has it) or all (every in-sync replica has it).
-    #[arg(long, default_value = "1", value_parser = parse_acks)]
+    /// 0 (no answer), 1 (leader has it) or all (every in-sync replica has it). Idempotence
+    /// needs all: with 0 or 1 records are sent without it, as Kafka's producer does.
+    #[arg(long, default_value = "all", value_parser = parse_acks)]
     pub acks: i16,
+    /// Send plain batches, without a producer id and sequence numbers: a batch resent after
+    /// a lost answer may then be stored twice.
+    #[arg(long)]
+    pub no_idempotence: bool,
     /// A header added to every record (repeatable).
     #[arg(long = "header", value_name = "KEY=VALUE")]
     pub header: Vec<String>,
@@ -149,11 +158,18 @@ pub fn run(args: ProduceArgs, input: impl Read + Send + 'static) -> Result<u64> 
     }
     let separator = args.key_separator.as_deref().map(str::as_bytes);
     let mut partitioner = Partitioner::new(partitions, fixed);
+    let idempotent = if !args.no_idempotence && args.acks == -1 {
+        init_producer_id(&mut cluster)?
+    } else {
+        None
+    };
     let mut sender = Sender {
         cluster,
         topic,
         acks: args.acks,
         encoded: BytesMut::with_capacity(BATCH_BYTES_MAX),
+        idempotent,
+        next_sequences: vec![0; partitions as usize],
     };
     let mut pending = Pending {
         records: (0..partitions).map(|_| Vec::new()).collect(),
@@ -245,11 +261,42 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// An idempotent producer's identity, from InitProducerId.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ProducerIdentity {
+    id: i64,
+    epoch: i16,
+}
+
+/// A producer id from the bootstrap broker; `None` (plain batches) when it does not offer
+/// InitProducerId.
+fn init_producer_id(cluster: &mut Cluster) -> Result<Option<ProducerIdentity>> {
+    let connection = cluster.any();
+    if !connection.supports::<InitProducerIdRequest>() {
+        tracing::warn!("the broker offers no InitProducerId: producing without idempotence");
+        return Ok(None);
+    }
+    let version = connection.version::<InitProducerIdRequest>()?;
+    let request = InitProducerIdRequest::default()
+        // Null, not the codec's default of "": an empty transactional id is refused.
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let answer = connection.call_at(version, &request)?;
+    check(answer.error_code, None, || "InitProducerId".to_string())?;
+    Ok(Some(ProducerIdentity {
+        id: answer.producer_id.0,
+        epoch: answer.producer_epoch,
+    }))
+}
+
 struct Sender {
     cluster: Cluster,
     topic: TopicInfo,
     acks: i16,
     encoded: BytesMut,
+    idempotent: Option<ProducerIdentity>,
+    /// Per partition, the sequence number of the next record (idempotent only).
+    next_sequences: Vec<i32>,
 }
 
 impl Sender {
@@ -264,6 +311,18 @@ impl Sender {
             if records.is_empty() {
                 continue;
             }
+            if let Some(producer) = self.idempotent {
+                let base_sequence = self.next_sequences[partition];
+                for record in records.iter_mut() {
+                    record.producer_id = producer.id;
+                    record.producer_epoch = producer.epoch;
+                    // The encoder keeps one batch while offset - sequence stays the same and
+                    // takes the first record's sequence as the batch's base sequence.
+                    record.sequence = base_sequence.wrapping_add(record.offset as i32);
+                }
+                self.next_sequences[partition] =
+                    net::sequence::sequence_after(base_sequence, records.len() as u64);
+            }
             RecordBatchEncoder::encode(&mut self.encoded, records.iter(), &options)?;
             batches.push((partition as i32, self.encoded.split().freeze()));
             records.clear();
@@ -274,9 +333,14 @@ impl Sender {
             match self.send_batches(&batches) {
                 Ok(()) => return Ok(()),
                 Err((failed, error)) => {
-                    let retriable = code_of(&error)
-                        .and_then(ResponseError::try_from_code)
-                        .is_some_and(|e| e.is_retriable());
+                    // A lost connection may have lost only the answer: resending is safe
+                    // when the broker recognises the batch (idempotence), not otherwise.
+                    let retriable = match code_of(&error) {
+                        Some(code) => {
+                            ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
+                        }
+                        None => self.idempotent.is_some(),
+                    };
                     if !retriable || attempt >= ATTEMPTS_MAX {
                         return Err(error);
                     }
@@ -480,18 +544,48 @@ mod tests {
             (ApiKey::Metadata, 1, 12),
             (ApiKey::Produce, 3, 11),
         ];
+        const IDEMPOTENT_RANGES: &[(ApiKey, i16, i16)] = &[
+            (ApiKey::ApiVersions, 0, 3),
+            (ApiKey::Metadata, 1, 12),
+            (ApiKey::Produce, 3, 11),
+            (ApiKey::InitProducerId, 0, 4),
+        ];
+        const PRODUCER_ID: i64 = 4242;
 
         /// (partition, key, value) of every record the broker accepted.
         type Accepted = Arc<Mutex<Vec<(i32, String, String)>>>;
+        /// (partition, producer id, producer epoch, base sequence) of every batch received,
+        /// refused ones included.
+        type Batches = Arc<Mutex<Vec<(i32, i64, i16, i32)>>>;
 
-        /// A broker with topic `t` of two partitions whose Produce answers are `errors`, in
-        /// turn, then 0.
-        fn broker(errors: Vec<i16>) -> (FakeBroker, Accepted) {
+        struct Scripted {
+            fake: FakeBroker,
+            accepted: Accepted,
+            batches: Batches,
+        }
+
+        /// A broker offering `ranges` with topic `t` of two partitions whose Produce answers
+        /// are `errors`, in turn, then 0; each accepted Produce is reported on `produced`.
+        fn scripted(
+            ranges: &'static [(ApiKey, i16, i16)],
+            errors: Vec<i16>,
+            produced: Option<std::sync::mpsc::Sender<()>>,
+        ) -> Scripted {
             let accepted: Accepted = Default::default();
             let accepted_by_fake = accepted.clone();
+            let batches: Batches = Default::default();
+            let batches_by_fake = batches.clone();
             let mut errors = errors.into_iter();
             let fake = FakeBroker::start(Box::new(move |request, _version, port| match request {
-                RequestKind::ApiVersions(_) => api_versions(RANGES),
+                RequestKind::ApiVersions(_) => api_versions(ranges),
+                RequestKind::InitProducerId(request) => {
+                    assert!(request.transactional_id.is_none());
+                    ResponseKind::InitProducerId(
+                        InitProducerIdResponse::default()
+                            .with_producer_id(ProducerId(PRODUCER_ID))
+                            .with_producer_epoch(0),
+                    )
+                }
                 RequestKind::Metadata(request) => {
                     let topics = request.topics.unwrap_or_default().into_iter().map(|t| {
                         MetadataResponseTopic::default()
@@ -518,6 +612,14 @@ mod tests {
                     for topic in request.topic_data {
                         let mut partitions = Vec::new();
                         for data in topic.partition_data {
+                            let mut header = data.records.clone().unwrap_or_default();
+                            let info = RecordBatchDecoder::decode_batch_info(&mut header).unwrap();
+                            batches_by_fake.lock().unwrap().push((
+                                data.index,
+                                info[0].producer_id,
+                                info[0].producer_epoch,
+                                info[0].base_sequence,
+                            ));
                             if error == 0 {
                                 let mut records = data.records.clone().unwrap_or_default();
                                 let set = RecordBatchDecoder::decode(&mut records).unwrap();
@@ -545,11 +647,23 @@ mod tests {
                                 .with_partition_responses(partitions),
                         );
                     }
+                    if let (0, Some(produced)) = (error, &produced) {
+                        let _ = produced.send(());
+                    }
                     ResponseKind::Produce(ProduceResponse::default().with_responses(topics))
                 }
                 other => panic!("the scripted broker does not answer {other:?}"),
             }));
-            (fake, accepted)
+            Scripted {
+                fake,
+                accepted,
+                batches,
+            }
+        }
+
+        fn broker(errors: Vec<i16>) -> (FakeBroker, Accepted) {
+            let scripted = scripted(RANGES, errors, None);
+            (scripted.fake, scripted.accepted)
         }
 
         fn args(fake: &FakeBroker) -> ProduceArgs {
@@ -560,6 +674,7 @@ mod tests {
                 topic: "t".into(),
                 key_separator: Some(":".into()),
                 acks: -1,
+                no_idempotence: false,
                 header: Vec::new(),
                 partition: None,
             }
@@ -582,6 +697,71 @@ mod tests {
                 .map(|(p, k, v)| (*p, k.to_string(), v.to_string()))
                 .collect();
             assert_eq!(got, expected);
+        }
+
+        /// Input that hands over `first`, then waits until the broker accepted a Produce
+        /// before it hands over `second`: two sends, one after the other.
+        struct TwoSends {
+            parts: Vec<Vec<u8>>,
+            produced: std::sync::mpsc::Receiver<()>,
+        }
+
+        impl std::io::Read for TwoSends {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                if self.parts.is_empty() {
+                    return Ok(0);
+                }
+                if self.parts.len() == 1 {
+                    let _ = self.produced.recv_timeout(Duration::from_secs(30));
+                }
+                let part = self.parts.remove(0);
+                out[..part.len()].copy_from_slice(&part);
+                Ok(part.len())
+            }
+        }
+
+        #[test]
+        fn idempotent_batches_number_records_per_partition_and_retries_resend_them() {
+            let pa = partition_for_key(b"a", 2) as i32;
+            // A key of the other partition.
+            let other = (b'b'..=b'z')
+                .find(|k| partition_for_key(&[*k], 2) as i32 != pa)
+                .expect("some key lands on the other partition");
+            let pb = partition_for_key(&[other], 2) as i32;
+            let (produced, accepted_produce) = std::sync::mpsc::channel();
+            let scripted = scripted(IDEMPOTENT_RANGES, vec![6], Some(produced));
+            let mut first_part = b"a:1\na:2\n".to_vec();
+            first_part.extend_from_slice(&[other, b':', b'3', b'\n']);
+            let input = TwoSends {
+                parts: vec![first_part, b"a:4\n".to_vec()],
+                produced: accepted_produce,
+            };
+            assert_eq!(run(args(&scripted.fake), input).unwrap(), 4);
+            assert_eq!(scripted.fake.seen(ApiKey::InitProducerId).len(), 1);
+            let mut batches = scripted.batches.lock().unwrap().clone();
+            // The first send's two batches went in one request: order them by partition.
+            batches[..2].sort();
+            batches[2..4].sort();
+            let mut first = vec![(pa, PRODUCER_ID, 0, 0), (pb, PRODUCER_ID, 0, 0)];
+            first.sort();
+            let mut expected = first.clone();
+            expected.extend(first); // the retry after NOT_LEADER_OR_FOLLOWER: the same batches
+            expected.push((pa, PRODUCER_ID, 0, 2)); // a's sequences go on after 2 records
+            assert_eq!(batches, expected);
+            assert_eq!(scripted.accepted.lock().unwrap().len(), 4);
+        }
+
+        #[test]
+        fn without_idempotence_batches_carry_no_producer_id() {
+            let scripted = scripted(IDEMPOTENT_RANGES, vec![], None);
+            let mut plain = args(&scripted.fake);
+            plain.no_idempotence = true;
+            let input = std::io::Cursor::new(b"a:1\n".to_vec());
+            assert_eq!(run(plain, input).unwrap(), 1);
+            assert!(scripted.fake.seen(ApiKey::InitProducerId).is_empty());
+            let batches = scripted.batches.lock().unwrap().clone();
+            assert_eq!(batches.len(), 1);
+            assert_eq!((batches[0].1, batches[0].3), (-1, -1));
         }
 
         #[test]

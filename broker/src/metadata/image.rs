@@ -2,7 +2,8 @@
 //!
 //! Invariants: an image is immutable once published (shards hold it through `Arc`);
 //! `epoch` counts applied records, so a shard can ignore an image older than the one it has;
-//! a topic id is a random v4 UUID minted at creation and never reused.
+//! a topic id is a random v4 UUID minted at creation and never reused; the next producer id
+//! block only moves forward, so no producer id is handed out twice.
 
 use std::collections::BTreeMap;
 
@@ -23,14 +24,29 @@ pub struct TopicMeta {
 #[serde(tag = "type")]
 pub enum MetadataRecord {
     CreateTopic(TopicMeta),
-    DeleteTopic { id: Uuid },
-    CreatePartitions { id: Uuid, partition_count: i32 },
+    DeleteTopic {
+        id: Uuid,
+    },
+    CreatePartitions {
+        id: Uuid,
+        partition_count: i32,
+    },
+    /// A block of producer ids was handed to broker `broker_id`: the ids below
+    /// `next_producer_id_block_start` are taken (Kafka's ProducerIdsRecord). `broker_epoch`
+    /// is the broker's registration epoch, -1 while brokers do not register with a quorum.
+    ProducerIds {
+        broker_id: i32,
+        broker_epoch: i64,
+        next_producer_id_block_start: i64,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct MetadataImage {
     pub epoch: u64,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// The first producer id of the next block to hand out; every id below it was handed out.
+    pub next_producer_id_block_start: i64,
 }
 
 impl MetadataImage {
@@ -74,6 +90,19 @@ impl MetadataImage {
                     return Err(format!("{name}: partitions only grow"));
                 }
                 topic.partition_count = *partition_count;
+            }
+            MetadataRecord::ProducerIds {
+                next_producer_id_block_start,
+                ..
+            } => {
+                if *next_producer_id_block_start <= self.next_producer_id_block_start {
+                    return Err(format!(
+                        "producer id blocks only move forward: {next_producer_id_block_start} \
+                         after {}",
+                        self.next_producer_id_block_start
+                    ));
+                }
+                self.next_producer_id_block_start = *next_producer_id_block_start;
             }
         }
         self.epoch += 1;
@@ -122,5 +151,20 @@ mod tests {
             .expect("delete");
         assert!(image.topic("orders").is_none());
         assert_eq!(image.epoch, 3);
+    }
+
+    #[test]
+    fn producer_id_blocks_only_move_forward() {
+        let mut image = MetadataImage::default();
+        let handed = |next| MetadataRecord::ProducerIds {
+            broker_id: 1,
+            broker_epoch: -1,
+            next_producer_id_block_start: next,
+        };
+        image.apply(&handed(1000)).expect("first block");
+        image.apply(&handed(2000)).expect("second block");
+        assert!(image.apply(&handed(2000)).is_err());
+        assert!(image.apply(&handed(1000)).is_err());
+        assert_eq!(image.next_producer_id_block_start, 2000);
     }
 }

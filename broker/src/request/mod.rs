@@ -14,6 +14,7 @@ mod fetch;
 mod find_coordinator;
 mod group_route;
 mod heartbeat;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
@@ -58,6 +59,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DescribeGroups, 0, 5),
         (ApiKey::DeleteGroups, 0, 2),
         (ApiKey::OffsetDelete, 0, 0),
+        (ApiKey::InitProducerId, 0, 5),
     ])
 }
 
@@ -126,6 +128,7 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         }
         RequestKind::DeleteGroups(body) => respond(delete_groups::handle(&shard, body).await),
         RequestKind::OffsetDelete(body) => respond(offset_delete::handle(&shard, body).await),
+        RequestKind::InitProducerId(body) => respond(init_producer_id::handle(&shard, body).await),
         other => {
             // `net` admits only announced APIs, so this is a programmer error;
             // close the connection rather than answer wrongly.

@@ -68,6 +68,33 @@ impl Node {
         Client::connect(self.port)
     }
 
+    /// SIGTERM, and waits (bounded) for a clean exit. The data directory stays for
+    /// [`Stopped::restart`].
+    pub fn stop(mut self) -> Stopped {
+        let signalled = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the node ignored SIGTERM; its log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "exit {status}; log:\n{}", self.log_text());
+        Stopped {
+            dir: self.dir.clone(),
+            tmp: self._tmp.take(),
+        }
+    }
+
     /// SIGKILL, as a crash. The data directory stays for [`Stopped::restart`].
     pub fn kill(mut self) -> Stopped {
         let _ = self.child.kill();
@@ -151,6 +178,12 @@ impl Client {
         self.send_raw(&body);
     }
 
+    /// Sends a request the node does not answer (Produce with acks=0).
+    pub fn send_unanswered(&mut self, api_key: ApiKey, version: i16, request: &RequestKind) {
+        self.send(api_key, version, request);
+        self.awaited.pop_back();
+    }
+
     pub fn send_raw(&mut self, body: &[u8]) {
         let mut frame = BytesMut::with_capacity(body.len() + 4);
         frame.put_i32(body.len() as i32);
@@ -218,15 +251,37 @@ fn api_key_of(request: &RequestKind) -> ApiKey {
         RequestKind::DescribeGroups(_) => ApiKey::DescribeGroups,
         RequestKind::DeleteGroups(_) => ApiKey::DeleteGroups,
         RequestKind::OffsetDelete(_) => ApiKey::OffsetDelete,
+        RequestKind::InitProducerId(_) => ApiKey::InitProducerId,
         other => panic!("the harness does not send {other:?}"),
     }
 }
 
 /// A v2 record batch of `values` (keys `k0`, `k1`, …), CRC-32C included.
 pub fn batch(values: &[&[u8]]) -> Bytes {
+    encode_batch(values, None)
+}
+
+/// The producer of an idempotent batch and the sequence number of its first record.
+#[derive(Clone, Copy, Debug)]
+pub struct Producer {
+    pub id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// As [`batch`], from an idempotent producer. Only the batch's base sequence goes on the
+/// wire; the node derives the rest (wrapping past `i32::MAX` to 0).
+pub fn idempotent_batch(producer: Producer, values: &[&[u8]]) -> Bytes {
+    encode_batch(values, Some(producer))
+}
+
+fn encode_batch(values: &[&[u8]], producer: Option<Producer>) -> Bytes {
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
+    let (producer_id, producer_epoch) = producer.map_or((-1, -1), |p| (p.id, p.epoch));
+    // The codec keeps records in one batch while offset minus sequence stays the same.
+    let sequence = |i: usize| producer.map_or(-1, |p| p.base_sequence.wrapping_add(i as i32));
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -235,11 +290,11 @@ pub fn batch(values: &[&[u8]]) -> Bytes {
             control: false,
             partition_leader_epoch: 0,
             delete_horizon: false,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            sequence: sequence(i),
             timestamp: 1_700_000_000_000 + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::copy_from_slice(value)),
@@ -265,4 +320,177 @@ pub fn values(records: &Bytes) -> Vec<Bytes> {
         out.extend(set.records.into_iter().filter_map(|r| r.value));
     }
     out
+}
+
+/// How many files of partition `topic`-`partition` in a node's directory `dir` have names
+/// ending in `suffix`.
+pub fn partition_files(dir: &Path, topic: &str, partition: i32, suffix: &str) -> usize {
+    let dir = dir.join("data").join(format!("{topic}-{partition}"));
+    std::fs::read_dir(dir)
+        .expect("partition dir")
+        .filter(|e| {
+            let name = e.as_ref().expect("entry").file_name();
+            name.to_string_lossy().ends_with(suffix)
+        })
+        .count()
+}
+
+fn topic_name(topic: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(topic.to_string()))
+}
+
+/// Creates `topic` with `partitions` partitions and the topic `configs`; panics unless the
+/// node created it.
+pub fn create_topic(client: &mut Client, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::CreateTopicsRequest;
+    let configs = configs
+        .iter()
+        .map(|(key, value)| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_value(Some(StrBytes::from_string(value.to_string())))
+        })
+        .collect();
+    let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(topic_name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)
+        .with_configs(configs)]);
+    let ResponseKind::CreateTopics(answer) = client.call(7, RequestKind::CreateTopics(request))
+    else {
+        unreachable!()
+    };
+    assert_eq!(answer.topics[0].error_code, 0, "creating {topic}");
+}
+
+/// A fresh producer id from InitProducerId v4 without a transactional id, at epoch 0.
+pub fn init_producer_id(client: &mut Client) -> i64 {
+    use kafka_protocol::messages::InitProducerIdRequest;
+    let request = InitProducerIdRequest::default()
+        // Null, not the codec's default of "": an empty transactional id is refused.
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let ResponseKind::InitProducerId(answer) = client.call(4, RequestKind::InitProducerId(request))
+    else {
+        unreachable!()
+    };
+    assert_eq!(answer.error_code, 0, "InitProducerId");
+    assert_eq!(
+        answer.producer_epoch, 0,
+        "a fresh producer id starts at epoch 0"
+    );
+    answer.producer_id.0
+}
+
+/// A Produce request (v9) of `records` for one partition.
+pub fn produce_request(
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+    acks: i16,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic_name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+/// The answer to a Produce request (v9) for one partition: (error code, base offset).
+pub fn produce_answer(client: &mut Client) -> (i16, i64) {
+    let ResponseKind::Produce(answer) = client.receive(ApiKey::Produce, 9) else {
+        unreachable!()
+    };
+    let partition = &answer.responses[0].partition_responses[0];
+    (partition.error_code, partition.base_offset)
+}
+
+/// Produces `records` to one partition and waits for the answer: (error code, base offset).
+pub fn produce(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+    acks: i16,
+) -> (i16, i64) {
+    let request = produce_request(topic, partition, records, acks);
+    client.send(ApiKey::Produce, 9, &RequestKind::Produce(request));
+    produce_answer(client)
+}
+
+/// Every record value of a partition from offset 0 to its high watermark, in offset order.
+pub fn read_values(client: &mut Client, topic: &str, partition: i32) -> Vec<Bytes> {
+    read_record_sets(client, topic, partition)
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|record| record.value.unwrap_or_default())
+        .collect()
+}
+
+/// (producer id, base sequence, record count) of every batch of a partition, in offset
+/// order.
+pub fn read_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<(i64, i32, usize)> {
+    read_record_sets(client, topic, partition)
+        .into_iter()
+        .filter_map(|set| {
+            let first = set.records.first()?;
+            Some((first.producer_id, first.sequence, set.records.len()))
+        })
+        .collect()
+}
+
+/// The batches a Fetch at `offset` returns, or `None` at the high watermark.
+fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -> Option<Bytes> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::FetchRequest;
+    let request = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(8 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(8 << 20)])]);
+    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let data = &answer.responses[0].partitions[0];
+    assert_eq!(data.error_code, 0, "fetch at {offset}");
+    let records = data.records.clone().unwrap_or_default();
+    (offset < data.high_watermark && !records.is_empty()).then_some(records)
+}
+
+/// Every record of a partition, batch by batch, in offset order, checking offsets are
+/// dense.
+fn read_record_sets(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+) -> Vec<kafka_protocol::records::RecordSet> {
+    let mut out = Vec::new();
+    let mut offset = 0i64;
+    // Bounded: every round reads at least one record or ends.
+    for _ in 0..100_000 {
+        let Some(mut records) = fetch_at(client, topic, partition, offset) else {
+            return out;
+        };
+        while records.has_remaining() {
+            let mut set = kafka_protocol::records::RecordBatchDecoder::decode(&mut records)
+                .expect("stored batches decode");
+            set.records.retain(|record| record.offset >= offset);
+            for record in &set.records {
+                assert_eq!(record.offset, offset, "offsets are dense");
+                offset += 1;
+            }
+            out.push(set);
+        }
+    }
+    panic!("reading {topic}-{partition} did not end");
 }

@@ -11,6 +11,9 @@ pub struct BatchSpec {
     pub record_count: i32,
     pub base_timestamp: i64,
     pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Sequence number of the first record (an idempotent producer's; -1 otherwise).
+    pub base_sequence: i32,
     pub value_bytes: usize,
     pub value_fill: u8,
 }
@@ -22,6 +25,8 @@ impl Default for BatchSpec {
             record_count: 1,
             base_timestamp: 1_700_000_000_000,
             producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
             value_bytes: 10,
             value_fill: b'v',
         }
@@ -67,8 +72,8 @@ pub fn encode_batch(spec: &BatchSpec) -> Vec<u8> {
     let max_timestamp = spec.base_timestamp + i64::from(last_offset_delta);
     out.extend_from_slice(&max_timestamp.to_be_bytes());
     out.extend_from_slice(&spec.producer_id.to_be_bytes());
-    out.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
-    out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    out.extend_from_slice(&spec.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&spec.base_sequence.to_be_bytes());
     out.extend_from_slice(&spec.record_count.to_be_bytes());
     out.extend_from_slice(&records);
     let crc = crc32c::crc32c(&out[21..]);
