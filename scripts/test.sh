@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one test command for ringlog: installs what the tests need, then runs
 # formatting and lint checks, the Rust tests, a release build of the broker,
-# and the interop tests with real Kafka clients (kcat, confluent-kafka,
-# kafka-python) against that build. Stops at the first failing step and says which.
+# and the interop tests with real Kafka clients (kcat, confluent-kafka, kafka-python,
+# Kafka's Java client and tools) against that build. Stops at the first failing step and
+# says which.
 #
 #   scripts/test.sh                 everything, as CI runs it
 #   scripts/test.sh -k kcat         extra arguments go to pytest
@@ -25,6 +26,17 @@ kcat -V 2>&1 | grep -m1 '^Version' || fail "kcat does not run"
 command -v python3 >/dev/null 2>&1 || fail "python3 is missing"
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     -r scripts/requirements.txt || fail "pip install -r scripts/requirements.txt"
+# Kafka's Java client and tools (scripts/interop/test_java_client.py, test_kafka_tools.py):
+# Java 17 and Maven, which fetches the jars once into the target dir.
+for tool in java mvn; do
+    command -v "$tool" >/dev/null 2>&1 && continue
+    [ "$(id -u)" -eq 0 ] || fail "$tool is missing; install Debian's openjdk-17-jdk-headless and maven"
+    apt-get update -qq >/dev/null || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null \
+        || fail "apt-get install openjdk-17-jdk-headless maven"
+done
+java -version 2>&1 | head -n 1
+scripts/peer-kafka.sh fetch || fail "fetching Kafka's client and tools (scripts/peer-kafka.sh fetch)"
 
 if [ "${RINGLOG_SKIP_RUST:-0}" != 1 ]; then
     step "cargo fmt --check"
