@@ -56,8 +56,8 @@ use crate::segment::{
 const PENDING_BUFFERS_MAX: usize = 8;
 /// Smallest chunk allocated for the write queue; chunks grow while the disk is busy.
 const CHUNK_BYTES_MIN: usize = 64 << 10;
-/// Largest read issued at once when looking for batches (MACHINE.md: page-cache reads are
-/// fastest at 64–256 KiB, but a fetch wants its bytes in one piece).
+/// Largest read issued at once when looking for batches (page-cache reads are fastest at
+/// 64–256 KiB on the machines measured, but a fetch wants its bytes in one piece).
 const READ_WINDOW_BYTES_MAX: usize = 8 << 20;
 /// Segment files grow in allocated steps of this size (see `SegmentFile::allocate_to`).
 const ALLOCATION_STEP_BYTES: u64 = 32 << 20;

@@ -21,8 +21,8 @@ use crate::io::{read_small_file, write_small_file, SegmentFile};
 use crate::segment::{segment_path, Segment, INDEX_SUFFIX, TIMESTAMP_NONE, TIME_INDEX_SUFFIX};
 use crate::time_index::{TimeIndex, TIME_INDEX_ENTRY_BYTES};
 
-/// Bytes read per step while scanning a segment (MACHINE.md: reads of <= 256 KiB are fastest,
-/// but a scan is sequential and larger steps mean fewer round trips).
+/// Bytes read per step while scanning a segment (reads of <= 256 KiB are fastest on the
+/// machines measured, but a scan is sequential and larger steps mean fewer round trips).
 const SCAN_WINDOW_BYTES: usize = 1 << 20;
 
 pub(crate) const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown.checkpoint";

@@ -4,7 +4,7 @@
 //! Method: one log per case, 1 KiB batches of 10 records appended as fast as the write queue
 //! takes them (a flush when it pushes back) by one or more producer tasks, with or without
 //! syncs (acks=all or acks=1), then a full read back. Prints MB/s; compare the two modes side by side in one run
-//! (MACHINE.md: runs differ up to 2x).
+//! (runs on a shared machine differ up to 2x, docs/BENCHMARKS.md).
 
 mod common;
 
