@@ -127,7 +127,8 @@ impl Partition {
                     return refused(errors::append_error(&AppendError::Producer(error)));
                 }
                 Err(error) => {
-                    if !matches!(&error, AppendError::Storage(e) if !newly_failed(e)) {
+                    let latched = matches!(&error, AppendError::Storage(e) if already_reported(e));
+                    if !latched {
                         tracing::warn!(partition = self.index, %error, "append refused");
                     }
                     return refused(errors::append_error(&error));
@@ -156,7 +157,7 @@ impl Partition {
         match self.log.wait_written(end_offset).await {
             Ok(()) => errors::NONE,
             Err(error) => {
-                if newly_failed(&error) {
+                if !already_reported(&error) {
                     tracing::warn!(partition = self.index, %error, "write not completed");
                 }
                 errors::storage_error(&error)
@@ -170,7 +171,7 @@ impl Partition {
         match self.log.sync().await {
             Ok(()) => errors::NONE,
             Err(error) => {
-                if newly_failed(&error) {
+                if !already_reported(&error) {
                     tracing::error!(partition = self.index, %error, "sync failed");
                 }
                 errors::storage_error(&error)
@@ -202,9 +203,9 @@ async fn follow_written(partition: Weak<Partition>) {
     }
 }
 
-/// Whether an error is news: a log that failed logged its first error when it latched it
-/// (`storage::log`), and every request it refuses afterwards carries that same failure, so
-/// logging each one would flood the log, on a disk that may well be full.
-fn newly_failed(error: &StorageError) -> bool {
-    !matches!(error, StorageError::Failed { .. })
+/// Whether the log has said this already: a log that failed logged its first error when it
+/// latched it (`storage::log`), and every request it refuses afterwards carries that same
+/// failure, so logging each one would flood the log, on a disk that may well be full.
+fn already_reported(error: &StorageError) -> bool {
+    matches!(error, StorageError::Failed { .. })
 }

@@ -91,33 +91,25 @@ async fn offset_on_owner(
             .with_offset(-1);
     }
     let visible = partition.high_watermark();
-    let found = |answer: ListOffsetsPartitionResponse, offset: i64, timestamp: i64| {
-        if offset < visible {
-            answer.with_offset(offset).with_timestamp(timestamp)
-        } else {
-            answer.with_offset(-1)
+    let looked_up = match timestamp {
+        LATEST => return answer.with_offset(visible),
+        EARLIEST | EARLIEST_LOCAL => return answer.with_offset(partition.log.log_start_offset()),
+        LATEST_TIERED => return answer.with_offset(-1).with_leader_epoch(-1),
+        MAX_TIMESTAMP => partition.log.max_timestamp_record().await,
+        0.. => partition.log.offset_for_timestamp(timestamp).await,
+        _ => {
+            return answer
+                .with_error_code(code(ResponseError::InvalidRequest))
+                .with_offset(-1)
         }
     };
-    match timestamp {
-        LATEST => answer.with_offset(visible),
-        EARLIEST | EARLIEST_LOCAL => answer.with_offset(partition.log.log_start_offset()),
-        LATEST_TIERED => answer.with_offset(-1).with_leader_epoch(-1),
-        MAX_TIMESTAMP => match partition.log.max_timestamp_record().await {
-            Ok(Some((offset, found_at))) => found(answer, offset, found_at),
-            Ok(None) => answer.with_offset(-1),
-            Err(error) => answer
-                .with_error_code(errors::storage_error(&error))
-                .with_offset(-1),
-        },
-        0.. => match partition.log.offset_for_timestamp(timestamp).await {
-            Ok(Some((offset, found_at))) => found(answer, offset, found_at),
-            Ok(None) => answer.with_offset(-1),
-            Err(error) => answer
-                .with_error_code(errors::storage_error(&error))
-                .with_offset(-1),
-        },
-        _ => answer
-            .with_error_code(code(ResponseError::InvalidRequest))
+    match looked_up {
+        Ok(Some((offset, found_at))) if offset < visible => {
+            answer.with_offset(offset).with_timestamp(found_at)
+        }
+        Ok(_) => answer.with_offset(-1),
+        Err(error) => answer
+            .with_error_code(errors::storage_error(&error))
             .with_offset(-1),
     }
 }
