@@ -69,6 +69,8 @@ impl Listener {
 pub struct BrokerConfig {
     pub node_id: i32,
     pub cluster_id: String,
+    /// `broker.rack`: announced in the broker's registration and to clients.
+    pub rack: Option<String>,
     pub listener: Listener,
     pub advertised: Listener,
     pub log_dir: PathBuf,
@@ -182,6 +184,7 @@ const BROKER_KEYS: &[&str] = &[
     "node.id",
     "broker.id",
     "cluster.id",
+    "broker.rack",
     "listeners",
     "advertised.listeners",
     "log.dirs",
@@ -332,6 +335,7 @@ impl BrokerConfig {
                 i32::MAX,
             )?,
             cluster_id: get("cluster.id").unwrap_or("ringlog-local").to_string(),
+            rack: get("broker.rack").map(str::to_string),
             listener,
             advertised,
             log_dir: PathBuf::from(
@@ -555,6 +559,9 @@ impl BrokerConfig {
                     .to_string(),
             ),
         ];
+        if let Some(rack) = &self.rack {
+            out.push(("broker.rack".into(), rack.clone()));
+        }
         for (topic_key, broker_key, _) in TOPIC_CONFIGS {
             out.push((
                 broker_key.to_string(),

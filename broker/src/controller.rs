@@ -1,12 +1,16 @@
 //! The controller: the one place metadata changes, on shard 0.
 //!
-//! Each change is validated against the current image, committed to the metadata store as
-//! a record, applied to the image, and published to every shard; the answer goes back only
-//! after every shard has installed the new image (opened or removed its logs).
+//! Each change is validated against the image of everything proposed so far, proposed to
+//! the metadata store as one batch of records, and applied to that image at once, so the
+//! next change is validated against it even while this one awaits its commit. Once
+//! committed, the records are taken from the store's committed stream, applied to the
+//! committed image, and that image is published to every shard; the answer goes back only
+//! after every shard has installed it (opened or removed its logs).
 //!
-//! Invariants: validation, commit and apply happen with no `.await` in between, so two
-//! changes never interleave; images are published in epoch order per shard, and a shard
-//! ignores an image older than the one it has.
+//! Invariants: validation, proposal and the apply to the proposed image happen with no
+//! `.await` in between, so two changes never interleave; a proposal that fails puts the
+//! proposed image back to the committed one; images are published in epoch order per shard,
+//! and a shard ignores an image older than the one it has.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -17,9 +21,14 @@ use kafka_protocol::error::ResponseError;
 use shard::ShardStopped;
 use uuid::Uuid;
 
-use crate::config::TOPIC_CONFIGS;
+use crate::config::{BrokerConfig, TOPIC_CONFIGS};
 use crate::errors::code;
-use crate::metadata::{MetadataImage, MetadataRecord, MetadataStore, TopicMeta};
+use crate::metadata::image::{partition_record, topic_records};
+use crate::metadata::records::{
+    BrokerEndpoint, BrokerRegistrationChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    RemoveTopicRecord, SECURITY_PROTOCOL_PLAINTEXT,
+};
+use crate::metadata::{MetadataImage, MetadataRecord, MetadataStore, PartitionState, TopicMeta};
 use crate::shard_state::Shard;
 
 /// Kafka's limit on topic name length.
@@ -58,12 +67,18 @@ pub struct TopicSpec {
     pub name: String,
     pub partition_count: i32,
     pub replication_factor: i16,
+    /// The brokers of each partition, when the request names them; they then decide the
+    /// partition count and the replication factor.
+    pub assignments: Option<Vec<Vec<i32>>>,
     pub configs: BTreeMap<String, String>,
 }
 
 pub struct Controller {
     store: RefCell<Box<dyn MetadataStore + Send>>,
-    image: RefCell<MetadataImage>,
+    /// Everything proposed: what the next change is validated against.
+    proposed: RefCell<MetadataImage>,
+    /// Everything committed: what shards are given.
+    committed: RefCell<MetadataImage>,
 }
 
 impl Controller {
@@ -74,12 +89,79 @@ impl Controller {
         let image = store.load()?;
         Ok(Controller {
             store: RefCell::new(store),
-            image: RefCell::new(image),
+            proposed: RefCell::new(image.clone()),
+            committed: RefCell::new(image),
         })
     }
 
+    /// The committed image.
     pub fn image(&self) -> Arc<MetadataImage> {
-        Arc::new(self.image.borrow().clone())
+        Arc::new(self.committed.borrow().clone())
+    }
+
+    /// Registers this node as a new incarnation of broker `node.id`, fenced until
+    /// [`Controller::unfence_local`]: a broker leads nothing before its partitions are open.
+    pub async fn register_local(&self, config: &BrokerConfig) -> Result<(), Refusal> {
+        let epoch = self
+            .proposed
+            .borrow()
+            .brokers
+            .get(&config.node_id)
+            .map_or(1, |broker| broker.epoch + 1);
+        let registration = RegisterBrokerRecord {
+            broker_id: config.node_id,
+            incarnation_id: Uuid::new_v4(),
+            broker_epoch: epoch,
+            endpoints: vec![BrokerEndpoint {
+                name: "PLAINTEXT".into(),
+                host: config.advertised.host.clone(),
+                port: config.advertised.port,
+                security_protocol: SECURITY_PROTOCOL_PLAINTEXT,
+            }],
+            rack: config.rack.clone(),
+            fenced: true,
+            in_controlled_shutdown: false,
+        };
+        self.commit(vec![MetadataRecord::RegisterBroker(registration)])
+            .await
+    }
+
+    /// Unfences this node once every shard serves its partitions, and publishes it.
+    pub async fn unfence_local(shard: &Rc<Shard>) -> Result<(), Refusal> {
+        let controller = Self::of(shard);
+        let node = shard.config.node_id;
+        let Some(epoch) = controller
+            .proposed
+            .borrow()
+            .brokers
+            .get(&node)
+            .map(|b| b.epoch)
+        else {
+            return Err(Refusal::new(
+                ResponseError::BrokerIdNotRegistered,
+                format!("broker {node} is not registered"),
+            ));
+        };
+        controller
+            .commit(vec![MetadataRecord::BrokerRegistrationChange(
+                BrokerRegistrationChangeRecord {
+                    broker_id: node,
+                    broker_epoch: epoch,
+                    fenced: Some(false),
+                    in_controlled_shutdown: None,
+                },
+            )])
+            .await?;
+        Controller::publish(shard, None).await
+    }
+
+    /// This node's registration epoch, -1 before it registered.
+    pub fn broker_epoch(&self, broker_id: i32) -> i64 {
+        self.committed
+            .borrow()
+            .brokers
+            .get(&broker_id)
+            .map_or(-1, |broker| broker.epoch)
     }
 
     /// Validates `spec`; with `validate_only` nothing else happens. Otherwise commits the
@@ -89,46 +171,44 @@ impl Controller {
         spec: TopicSpec,
         validate_only: bool,
     ) -> Result<TopicMeta, Refusal> {
-        let controller = shard
-            .controller
-            .as_ref()
-            .expect("controller calls run on shard 0");
+        let controller = Self::of(shard);
         validate_topic_name(&spec.name)?;
-        if controller.image.borrow().topic(&spec.name).is_some() {
+        if controller.proposed.borrow().topic(&spec.name).is_some() {
             return Err(Refusal::new(
                 ResponseError::TopicAlreadyExists,
                 format!("Topic '{}' already exists.", spec.name),
             ));
         }
-        if !(1..=PARTITIONS_MAX).contains(&spec.partition_count) {
-            return Err(Refusal::new(
-                ResponseError::InvalidPartitions,
-                format!("Number of partitions must be between 1 and {PARTITIONS_MAX}."),
-            ));
-        }
-        if spec.replication_factor != 1 {
-            return Err(Refusal::new(
-                ResponseError::InvalidReplicationFactor,
-                format!(
-                    "Replication factor: {} larger than available brokers: 1.",
-                    spec.replication_factor
-                ),
-            ));
-        }
         for (key, value) in &spec.configs {
             validate_topic_config(key, value)?;
         }
+        let id = Uuid::new_v4();
+        let assignments = match spec.assignments {
+            Some(assignments) => {
+                controller.check_assignments(&assignments, None)?;
+                assignments
+            }
+            None => {
+                if !(1..=PARTITIONS_MAX).contains(&spec.partition_count) {
+                    return Err(Refusal::new(
+                        ResponseError::InvalidPartitions,
+                        format!("Number of partitions must be between 1 and {PARTITIONS_MAX}."),
+                    ));
+                }
+                controller.place(0..spec.partition_count, spec.replication_factor, &id)?
+            }
+        };
         let topic = TopicMeta {
             name: spec.name,
-            id: Uuid::new_v4(),
-            partition_count: spec.partition_count,
+            id,
+            partitions: assignments.into_iter().map(new_partition).collect(),
             configs: spec.configs,
         };
         if validate_only {
             return Ok(topic);
         }
-        controller.commit(MetadataRecord::CreateTopic(topic.clone()))?;
-        Controller::publish(shard, topic.id).await?;
+        controller.commit(topic_records(&topic)).await?;
+        Controller::publish(shard, Some(topic.id)).await?;
         Ok(topic)
     }
 
@@ -148,43 +228,42 @@ impl Controller {
 
     /// Deletes the topic and its data on every shard before returning.
     pub async fn delete_topic(shard: &Rc<Shard>, id: Uuid) -> Result<(), Refusal> {
-        let controller = shard
-            .controller
-            .as_ref()
-            .expect("controller calls run on shard 0");
-        if controller.image.borrow().topic_by_id(&id).is_none() {
+        let controller = Self::of(shard);
+        if controller.proposed.borrow().topic_by_id(&id).is_none() {
             return Err(Refusal::new(
                 ResponseError::UnknownTopicId,
                 "unknown topic id",
             ));
         }
-        controller.commit(MetadataRecord::DeleteTopic { id })?;
-        Controller::publish(shard, id).await
+        controller
+            .commit(vec![MetadataRecord::RemoveTopic(RemoveTopicRecord {
+                topic_id: id,
+            })])
+            .await?;
+        Controller::publish(shard, Some(id)).await
     }
 
-    /// Grows the topic to `partition_count` partitions.
+    /// Grows the topic to `partition_count` partitions, on the brokers `assignments` names
+    /// for the new ones, or placed like a new topic's.
     pub async fn create_partitions(
         shard: &Rc<Shard>,
         name: &str,
         partition_count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), Refusal> {
-        let controller = shard
-            .controller
-            .as_ref()
-            .expect("controller calls run on shard 0");
-        let Some(id) = controller
-            .image
+        let controller = Self::of(shard);
+        let Some((id, current, replication)) = controller
+            .proposed
             .borrow()
             .topic(name)
-            .map(|t| (t.id, t.partition_count))
+            .map(|t| (t.id, t.partition_count(), t.partitions[0].replicas.len()))
         else {
             return Err(Refusal::new(
                 ResponseError::UnknownTopicOrPartition,
                 format!("The topic '{name}' does not exist."),
             ));
         };
-        let (id, current) = id;
         if partition_count <= current {
             return Err(Refusal::new(
                 ResponseError::InvalidPartitions,
@@ -197,39 +276,58 @@ impl Controller {
                 format!("At most {PARTITIONS_MAX} partitions."),
             ));
         }
+        let added = match assignments {
+            Some(assignments) => {
+                if assignments.len() as i32 != partition_count - current {
+                    return Err(Refusal::new(
+                        ResponseError::InvalidReplicaAssignment,
+                        format!(
+                            "Attempted to add {} additional partition(s), but only {} assignment(s) were specified.",
+                            partition_count - current,
+                            assignments.len()
+                        ),
+                    ));
+                }
+                controller.check_assignments(&assignments, Some(replication))?;
+                assignments
+            }
+            None => controller.place(current..partition_count, replication as i16, &id)?,
+        };
         if validate_only {
             return Ok(());
         }
-        controller.commit(MetadataRecord::CreatePartitions {
-            id,
-            partition_count,
-        })?;
-        Controller::publish(shard, id).await
+        let records = added
+            .into_iter()
+            .zip(current..)
+            .map(|(replicas, index)| partition_record(id, index, &new_partition(replicas)))
+            .collect();
+        controller.commit(records).await?;
+        Controller::publish(shard, Some(id)).await
     }
 
     /// Hands broker `broker_id` the next block of producer ids (Kafka's AllocateProducerIds):
     /// the block is committed as taken before it is returned, so after any crash the next
     /// block starts past every id this one may have given out.
-    pub fn allocate_producer_ids(
+    pub async fn allocate_producer_ids(
         shard: &Rc<Shard>,
         broker_id: i32,
     ) -> Result<ProducerIdBlock, Refusal> {
-        let controller = shard
-            .controller
-            .as_ref()
-            .expect("controller calls run on shard 0");
-        let first = controller.image.borrow().next_producer_id_block_start;
+        let controller = Self::of(shard);
+        let first = controller.proposed.borrow().next_producer_id_block_start;
         let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
             return Err(Refusal::new(
                 ResponseError::UnknownServerError,
                 "Exhausted all producer ids: the next block would pass i64::MAX.",
             ));
         };
-        controller.commit(MetadataRecord::ProducerIds {
-            broker_id,
-            broker_epoch: -1,
-            next_producer_id_block_start: next,
-        })?;
+        let broker_epoch = controller.broker_epoch(broker_id);
+        controller
+            .commit(vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
+                broker_id,
+                broker_epoch,
+                next_producer_id: next,
+            })])
+            .await?;
         Ok(ProducerIdBlock {
             first,
             size: PRODUCER_ID_BLOCK_SIZE,
@@ -244,31 +342,145 @@ impl Controller {
         shard
             .router
             .call(shard, 0, move |controller: Rc<Shard>| async move {
-                Controller::allocate_producer_ids(&controller, broker_id)
+                Controller::allocate_producer_ids(&controller, broker_id).await
             })
             .await
     }
 
-    fn commit(&self, record: MetadataRecord) -> Result<(), Refusal> {
-        self.store.borrow_mut().commit(&record).map_err(|error| {
-            tracing::error!(%error, "metadata commit failed");
-            Refusal::new(ResponseError::KafkaStorageError, error.to_string())
-        })?;
-        self.image
-            .borrow_mut()
-            .apply(&record)
-            .map_err(|reason| Refusal::new(ResponseError::UnknownServerError, reason))
-    }
-
-    /// Sends the current image to every shard and waits until each has installed it. Fails
-    /// if a shard could not open or delete a log of topic `concerning` (the one the request
-    /// changed); another topic's failed logs are that topic's trouble, and were logged.
-    async fn publish(shard: &Rc<Shard>, concerning: Uuid) -> Result<(), Refusal> {
-        let controller = shard
+    fn of(shard: &Shard) -> &Controller {
+        shard
             .controller
             .as_ref()
-            .expect("controller calls run on shard 0");
-        let image = controller.image();
+            .expect("controller calls run on shard 0")
+    }
+
+    /// Replicas for partitions `indexes`: `replication_factor` live brokers each, striped so
+    /// that leaders (the first replica) spread over the brokers, from a start `seed` picks.
+    fn place(
+        &self,
+        indexes: std::ops::Range<i32>,
+        replication_factor: i16,
+        seed: &Uuid,
+    ) -> Result<Vec<Vec<i32>>, Refusal> {
+        let brokers: Vec<i32> = self
+            .proposed
+            .borrow()
+            .live_brokers()
+            .map(|b| b.id)
+            .collect();
+        if replication_factor <= 0 {
+            return Err(Refusal::new(
+                ResponseError::InvalidReplicationFactor,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            ));
+        }
+        let factor = replication_factor as usize;
+        if factor > brokers.len() {
+            return Err(Refusal::new(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "Unable to replicate the partition {factor} time(s): The target replication \
+                     factor of {factor} cannot be reached because only {} broker(s) are registered.",
+                    brokers.len()
+                ),
+            ));
+        }
+        let start = (seed.as_u128() % brokers.len() as u128) as usize;
+        Ok(indexes
+            .map(|index| {
+                (0..factor)
+                    .map(|i| brokers[(start + index as usize + i) % brokers.len()])
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Kafka's checks of a manual assignment: registered brokers, none twice in a
+    /// partition, the same number of replicas in every partition (and as `replication`).
+    fn check_assignments(
+        &self,
+        assignments: &[Vec<i32>],
+        replication: Option<usize>,
+    ) -> Result<(), Refusal> {
+        let invalid = |message: String| {
+            Err(Refusal::new(
+                ResponseError::InvalidReplicaAssignment,
+                message,
+            ))
+        };
+        let image = self.proposed.borrow();
+        let Some(first) = assignments.first() else {
+            return invalid("The manual partition assignment is empty.".into());
+        };
+        let expected = replication.unwrap_or(first.len());
+        for replicas in assignments {
+            if replicas.is_empty() {
+                return invalid(
+                    "The manual partition assignment includes an empty replica list.".into(),
+                );
+            }
+            if replicas.len() != expected {
+                return invalid(format!(
+                    "The manual partition assignment includes a partition with {} replica(s), \
+                     but this is not consistent with previous partitions, which have {expected} replica(s).",
+                    replicas.len()
+                ));
+            }
+            for (i, id) in replicas.iter().enumerate() {
+                if replicas[..i].contains(id) {
+                    return invalid(format!(
+                        "The manual partition assignment includes the broker {id} more than once."
+                    ));
+                }
+                if !image.brokers.contains_key(id) {
+                    return invalid(format!(
+                        "The manual partition assignment includes broker {id}, but no such broker is registered."
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Proposes `records` as one batch after checking that they apply, and waits for their
+    /// commit; then applies what the store committed to the committed image.
+    async fn commit(&self, records: Vec<MetadataRecord>) -> Result<(), Refusal> {
+        let mut next = self.proposed.borrow().clone();
+        for record in &records {
+            next.apply(record)
+                .map_err(|reason| Refusal::new(ResponseError::UnknownServerError, reason))?;
+        }
+        let proposed = self.store.borrow_mut().propose(records);
+        let committed = match proposed {
+            Ok(commit) => {
+                *self.proposed.borrow_mut() = next;
+                commit.await
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = committed {
+            tracing::error!(%error, "metadata commit failed");
+            *self.proposed.borrow_mut() = self.committed.borrow().clone();
+            return Err(Refusal::new(
+                ResponseError::KafkaStorageError,
+                error.to_string(),
+            ));
+        }
+        let batches = self.store.borrow_mut().take_committed();
+        let mut image = self.committed.borrow_mut();
+        for record in batches.iter().flat_map(|batch| &batch.records) {
+            image
+                .apply(record)
+                .map_err(|reason| Refusal::new(ResponseError::UnknownServerError, reason))?;
+        }
+        Ok(())
+    }
+
+    /// Sends the committed image to every shard and waits until each has installed it. Fails
+    /// if a shard could not open or delete a log of topic `concerning` (the one the request
+    /// changed); another topic's failed logs are that topic's trouble, and were logged.
+    async fn publish(shard: &Rc<Shard>, concerning: Option<Uuid>) -> Result<(), Refusal> {
+        let image = Self::of(shard).image();
         let mut installs = Vec::new();
         for target in 0..shard.router.shard_count() {
             let image = image.clone();
@@ -280,7 +492,7 @@ impl Controller {
                         match owner.install_image(image).await {
                             Ok(failures) => failures
                                 .into_iter()
-                                .find(|(topic_id, _)| *topic_id == concerning)
+                                .find(|(topic_id, _)| Some(*topic_id) == concerning)
                                 .map_or(Ok(()), |(_, error)| Err(error.to_string())),
                             Err(error) => Err(error.to_string()),
                         }
@@ -303,6 +515,19 @@ impl Controller {
             }
         }
         Ok(())
+    }
+}
+
+/// A new partition on `replicas`: all in sync, led by the first, at epoch 0.
+fn new_partition(replicas: Vec<i32>) -> PartitionState {
+    PartitionState {
+        isr: replicas.clone(),
+        leader: replicas[0],
+        replicas,
+        removing_replicas: Vec::new(),
+        adding_replicas: Vec::new(),
+        leader_epoch: 0,
+        partition_epoch: 0,
     }
 }
 

@@ -9,7 +9,7 @@
 //! Invariants:
 //! - Partition state lives only on its owning shard and is touched only by jobs running
 //!   there; the metadata image is immutable and shared through `Arc`.
-//! - Metadata changes only through the controller (shard 0), which commits a record to the
+//! - Metadata changes only through the controller (shard 0), which commits records to the
 //!   [`metadata::MetadataStore`] and then publishes the new image to every shard before it
 //!   answers, so a topic that CreateTopics reported is servable on every shard.
 //! - `acks=all` is answered only after the batch is on disk (fdatasync, group-committed).

@@ -1,7 +1,10 @@
-//! A partition as its owning shard holds it: the log, its high watermark, and who waits on
-//! them.
+//! A partition as its owning shard holds it: the log, its high watermark, who waits on
+//! them, and this node's part in it (leader or follower, at which leader epoch) as the
+//! metadata image last said.
 //!
 //! Invariants:
+//! - The replica state follows the newest image the shard installed ([`Partition::update`]);
+//!   the leader epoch never goes back. Batches appended here carry the current leader epoch.
 //! - A `Partition` never leaves its shard (it is `!Send` through `Rc`).
 //! - Appends are applied in the order they were queued ([`Partition::queue_append`] takes
 //!   its place synchronously), whatever order the tasks doing them run in: a producer's
@@ -21,12 +24,25 @@ use shard::{Notify, Turns};
 use storage::{AppendError, AppendInfo, Log, StorageError};
 use uuid::Uuid;
 
-use crate::errors;
+use crate::errors::{self, code};
+use crate::metadata::PartitionState;
+use kafka_protocol::error::ResponseError;
+
+/// This node's view of who leads a partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    /// The leader's broker id, or `NO_LEADER`.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// Whether the leader is this node.
+    pub is_local: bool,
+}
 
 pub struct Partition {
     pub topic_id: Uuid,
     pub index: i32,
     pub log: Log,
+    leadership: Cell<Leadership>,
     high_watermark: Cell<i64>,
     /// Fired whenever the high watermark moves forward (and when the partition goes away).
     pub high_watermark_moved: Notify,
@@ -45,10 +61,17 @@ pub struct AppendOutcome {
 }
 
 impl Partition {
-    pub fn new(topic_id: Uuid, index: i32, log: Log) -> Rc<Partition> {
+    pub fn new(
+        topic_id: Uuid,
+        index: i32,
+        log: Log,
+        state: &PartitionState,
+        node_id: i32,
+    ) -> Rc<Partition> {
         let partition = Rc::new(Partition {
             topic_id,
             index,
+            leadership: Cell::new(Leadership::of(state, node_id)),
             high_watermark: Cell::new(log.written_end_offset()),
             log,
             high_watermark_moved: Notify::new(),
@@ -56,6 +79,37 @@ impl Partition {
         });
         glommio::spawn_local(follow_written(Rc::downgrade(&partition))).detach();
         partition
+    }
+
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.get()
+    }
+
+    /// Takes the leader and leader epoch of a newer image; an older epoch is ignored.
+    pub fn update(&self, state: &PartitionState, node_id: i32) {
+        if state.leader_epoch >= self.leadership.get().leader_epoch {
+            self.leadership.set(Leadership::of(state, node_id));
+        }
+    }
+
+    /// Kafka's check of a request's view of the partition (`Partition.getLocalLog`): a
+    /// `current_leader_epoch` older than this node's is FENCED_LEADER_EPOCH, a newer one
+    /// UNKNOWN_LEADER_EPOCH (-1 asks for no check); then, if the request needs the leader,
+    /// NOT_LEADER_OR_FOLLOWER unless this node leads.
+    pub fn check_leader(&self, current_leader_epoch: i32, require_leader: bool) -> Result<(), i16> {
+        let leadership = self.leadership.get();
+        if current_leader_epoch >= 0 {
+            if current_leader_epoch < leadership.leader_epoch {
+                return Err(code(ResponseError::FencedLeaderEpoch));
+            }
+            if current_leader_epoch > leadership.leader_epoch {
+                return Err(code(ResponseError::UnknownLeaderEpoch));
+            }
+        }
+        if require_leader && !leadership.is_local {
+            return Err(code(ResponseError::NotLeaderOrFollower));
+        }
+        Ok(())
     }
 
     /// The offset below which consumers may read.
@@ -114,7 +168,12 @@ impl Partition {
             log_start_offset: self.log.log_start_offset(),
         };
         let info: AppendInfo = loop {
-            match self.log.append(records, 0, now_ms) {
+            // Leadership can end while an append waits for its turn or for room.
+            let leadership = self.leadership.get();
+            if !leadership.is_local {
+                return refused(code(ResponseError::NotLeaderOrFollower));
+            }
+            match self.log.append(records, leadership.leader_epoch, now_ms) {
                 Ok(info) => break info,
                 Err(AppendError::Storage(StorageError::WriteBufferFull { .. })) => {
                     if let Err(error) = self.log.wait_for_room(records.len()).await {
@@ -182,6 +241,16 @@ impl Partition {
     /// The partition is going away (deleted or shut down): waiters stop waiting.
     pub fn retire(&self) {
         self.high_watermark_moved.notify_all();
+    }
+}
+
+impl Leadership {
+    fn of(state: &PartitionState, node_id: i32) -> Leadership {
+        Leadership {
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            is_local: state.leader == node_id,
+        }
     }
 }
 

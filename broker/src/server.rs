@@ -23,6 +23,7 @@ use crate::controller::Controller;
 use crate::metadata::{FileMetadataStore, MetadataImage};
 use crate::request::supported_apis;
 use crate::shard_state::Shard;
+use kafka_protocol::error::ResponseError;
 
 /// Messages a shard's inbox holds before senders wait.
 const INBOX_CAPACITY: usize = 1024;
@@ -51,8 +52,15 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         config.advertised.port = port;
     }
     config.listener.port = port;
-    let controller = Controller::load(Box::new(FileMetadataStore::new(&config.log_dir)))
-        .context("loading metadata")?;
+    let controller = Controller::load(Box::new(FileMetadataStore::new(
+        &config.log_dir,
+        config.node_id,
+    )))
+    .context("loading metadata")?;
+    // A new incarnation, fenced until every shard serves its partitions (`shard_main`).
+    futures_lite::future::block_on(controller.register_local(&config)).map_err(|refusal| {
+        anyhow::anyhow!("registering broker {}: {}", config.node_id, refusal.message)
+    })?;
     let image = controller.image();
     tracing::info!(
         topics = image.topics.len(),
@@ -146,6 +154,17 @@ async fn shard_main(
     // Wait for every shard even on failure, so no shard waits forever.
     ready.wait();
     opened.context("opening partitions")?;
+    if shard.controller.is_some() && shard.stopping.generation() == stopping {
+        // A shutdown under way stops the shards the new image is published to: they
+        // answer BROKER_NOT_AVAILABLE, and the node is stopping anyway.
+        let shutting_down = crate::errors::code(ResponseError::BrokerNotAvailable);
+        match Controller::unfence_local(&shard).await {
+            Err(refusal) if refusal.error_code != shutting_down => {
+                anyhow::bail!("unfencing this broker: {}", refusal.message)
+            }
+            _ => {}
+        }
+    }
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
     let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
     let expiry = glommio::spawn_local(crate::producers::expire_forever(shard.clone())).detach();

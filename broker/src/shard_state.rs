@@ -19,7 +19,7 @@ use crate::config::BrokerConfig;
 use crate::controller::Controller;
 use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::listener::ConnectionCounts;
-use crate::metadata::{MetadataImage, TopicMeta};
+use crate::metadata::{MetadataImage, PartitionState, TopicMeta};
 use crate::partition::Partition;
 use crate::producers::ProducerIds;
 
@@ -111,7 +111,8 @@ impl Shard {
     }
 
     /// Installs `image` if it is newer than the current one: opens the logs of partitions
-    /// this shard now owns and closes and deletes those of topics that are gone. Fails with
+    /// this shard owns of which this node holds a replica, updates the leaders and leader
+    /// epochs of those it has, and closes and deletes those this node no longer holds. Fails with
     /// the first log it could not open or delete (see `install_image`).
     pub async fn apply_image(
         &self,
@@ -134,20 +135,26 @@ impl Shard {
             return Ok(Vec::new());
         }
         *self.image.borrow_mut() = image.clone();
-        // Topics that vanished or were re-created under a new id.
+        let node = self.config.node_id;
+        // Logs this node no longer holds: topics that vanished or were re-created under a
+        // new id, and replicas moved to other brokers.
         let gone: Vec<Rc<Partition>> = {
             let mut partitions = self.partitions.borrow_mut();
             let mut gone = Vec::new();
             partitions.retain(|name, slots| {
-                let keep = slots.iter().flatten().all(|p| {
-                    image
+                for slot in slots.iter_mut() {
+                    let Some(partition) = slot else { continue };
+                    let held = image
                         .topic(name)
-                        .is_some_and(|topic| topic.id == p.topic_id)
-                });
-                if !keep {
-                    gone.extend(slots.iter().flatten().cloned());
+                        .filter(|topic| topic.id == partition.topic_id)
+                        .and_then(|topic| topic.partition(partition.index))
+                        .filter(|state| state.replicas.contains(&node));
+                    match held {
+                        Some(state) => partition.update(state, node),
+                        None => gone.extend(slot.take()),
+                    }
                 }
-                keep
+                slots.iter().any(Option::is_some)
             });
             gone
         };
@@ -161,13 +168,14 @@ impl Shard {
             }
         }
         for topic in image.topics.values() {
-            for index in 0..topic.partition_count {
+            for (index, state) in (0..).zip(&topic.partitions) {
                 if self.owner(&topic.name, index) != self.id()
+                    || !state.replicas.contains(&node)
                     || self.partition(&topic.name, index).is_some()
                 {
                     continue;
                 }
-                let partition = match self.open_partition(topic, index).await {
+                let partition = match self.open_partition(topic, index, state).await {
                     Ok(partition) => partition,
                     Err(error) => {
                         tracing::error!(topic = %topic.name, partition = index, %error,
@@ -176,7 +184,8 @@ impl Shard {
                         continue;
                     }
                 };
-                if topic.name == OFFSETS_TOPIC {
+                // A group coordinator is the leader of the group's offsets partition.
+                if topic.name == OFFSETS_TOPIC && partition.leadership().is_local {
                     self.groups.load(&partition).await?;
                 }
                 let mut partitions = self.partitions.borrow_mut();
@@ -212,6 +221,7 @@ impl Shard {
         &self,
         topic: &TopicMeta,
         index: i32,
+        state: &PartitionState,
     ) -> Result<Rc<Partition>, storage::StorageError> {
         let number = |key: &str, fallback: u64| {
             self.topic_setting(topic, key)
@@ -236,7 +246,13 @@ impl Shard {
             .log_dir
             .join(format!("{}-{}", topic.name, index));
         let log = Log::open(dir, log_config, self.cache.clone()).await?;
-        Ok(Partition::new(topic.id, index, log))
+        Ok(Partition::new(
+            topic.id,
+            index,
+            log,
+            state,
+            self.config.node_id,
+        ))
     }
 
     /// Flushes and closes every log; the shard serves nothing afterwards.

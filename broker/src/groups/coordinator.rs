@@ -107,12 +107,13 @@ impl GroupCoordinator {
     pub fn locate(shard: &Shard, group_id: &str) -> Option<(i32, usize)> {
         let image = shard.image();
         let topic = image.topic(OFFSETS_TOPIC)?;
-        let partition = partition_for(group_id, topic.partition_count);
+        let partition = partition_for(group_id, topic.partition_count());
         Some((partition, shard.owner(OFFSETS_TOPIC, partition)))
     }
 
     /// COORDINATOR_LOAD_IN_PROGRESS until the group's partition is replayed here, and
-    /// NOT_COORDINATOR if this shard does not own it (a programmer error in routing).
+    /// NOT_COORDINATOR if this node does not lead it (or this shard does not own it, a
+    /// programmer error in routing).
     fn check_serving(&self, shard: &Shard, group_id: &str) -> Result<Rc<Partition>, i16> {
         let Some((partition, owner)) = Self::locate(shard, group_id) else {
             return Err(code(ResponseError::CoordinatorNotAvailable));
@@ -120,12 +121,18 @@ impl GroupCoordinator {
         if owner != shard.id() {
             return Err(code(ResponseError::NotCoordinator));
         }
-        if !self.loaded.borrow().contains(&partition) {
+        let loaded = self.loaded.borrow().contains(&partition);
+        let partition = shard
+            .partition(OFFSETS_TOPIC, partition)
+            .ok_or(code(ResponseError::NotCoordinator))?;
+        // The coordinator is the leader of the group's partition; a follower holds it only.
+        if !partition.leadership().is_local {
+            return Err(code(ResponseError::NotCoordinator));
+        }
+        if !loaded {
             return Err(code(ResponseError::CoordinatorLoadInProgress));
         }
-        shard
-            .partition(OFFSETS_TOPIC, partition)
-            .ok_or(code(ResponseError::CoordinatorNotAvailable))
+        Ok(partition)
     }
 
     /// Replays one offsets partition into memory.
@@ -446,7 +453,7 @@ impl GroupCoordinator {
         for part in parts {
             let exists = image
                 .topic(&part.topic)
-                .is_some_and(|t| (0..t.partition_count).contains(&part.partition));
+                .is_some_and(|t| (0..t.partition_count()).contains(&part.partition));
             let metadata = part.metadata.unwrap_or_default();
             let error_code = if !exists {
                 code(ResponseError::UnknownTopicOrPartition)

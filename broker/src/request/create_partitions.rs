@@ -1,5 +1,6 @@
 //! CreatePartitions: grow a topic's partition count (never shrink); new partitions are
-//! opened on their owning shards before the answer. Assignments may only name this node.
+//! placed by the controller, or on the registered brokers the assignments name, and opened
+//! on their owning shards before the answer.
 
 use std::rc::Rc;
 
@@ -14,28 +15,25 @@ use crate::shard_state::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: CreatePartitionsRequest) -> ResponseKind {
     let validate_only = request.validate_only;
-    let node = shard.config.node_id;
     let mut response = CreatePartitionsResponse::default();
     for topic in request.topics {
         let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
-        let foreign = topic
-            .assignments
-            .iter()
-            .flatten()
-            .any(|assignment| assignment.broker_ids.iter().any(|id| id.0 != node));
-        if foreign {
-            result.error_code = code(ResponseError::InvalidReplicaAssignment);
-            result.error_message = Some(StrBytes::from_string(format!(
-                "Assignments may only name broker {node}."
-            )));
-            response.results.push(result);
-            continue;
-        }
         let (name, count) = (topic.name.to_string(), topic.count);
+        // An empty list asks for no particular placement, as null does.
+        let assignments = topic
+            .assignments
+            .filter(|a| !a.is_empty())
+            .map(|assignments| {
+                assignments
+                    .into_iter()
+                    .map(|assignment| assignment.broker_ids.iter().map(|id| id.0).collect())
+                    .collect()
+            });
         let grown = shard
             .router
             .call(shard, 0, move |controller: Rc<Shard>| async move {
-                Controller::create_partitions(&controller, &name, count, validate_only).await
+                Controller::create_partitions(&controller, &name, count, assignments, validate_only)
+                    .await
             })
             .await;
         result.error_code = match grown {

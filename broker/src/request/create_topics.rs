@@ -1,6 +1,6 @@
-//! CreateTopics: each topic is validated and created by the controller (shard 0);
-//! `validate_only` checks everything and creates nothing. Replica assignments may only
-//! name this node (it is the whole cluster).
+//! CreateTopics: each topic is validated, placed on brokers and created by the controller
+//! (shard 0); `validate_only` checks everything and creates nothing. Replica assignments,
+//! when given, must name registered brokers (checked by the controller).
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -49,8 +49,8 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest, version: i1
         match created {
             Ok(meta) => {
                 if version >= 5 {
-                    result.num_partitions = meta.partition_count;
-                    result.replication_factor = 1;
+                    result.num_partitions = meta.partition_count();
+                    result.replication_factor = meta.partitions[0].replicas.len() as i16;
                 }
                 if version >= 7 && !validate_only {
                     result.topic_id = meta.id;
@@ -93,7 +93,7 @@ fn spec(shard: &Shard, topic: &CreatableTopic) -> Result<TopicSpec, Refusal> {
         };
         configs.insert(config.name.to_string(), value.to_string());
     }
-    let (partition_count, replication_factor) = if topic.assignments.is_empty() {
+    let (assignments, partition_count, replication_factor) = if topic.assignments.is_empty() {
         let partitions = match topic.num_partitions {
             -1 => shard.config.num_partitions,
             n => n,
@@ -102,7 +102,7 @@ fn spec(shard: &Shard, topic: &CreatableTopic) -> Result<TopicSpec, Refusal> {
             -1 => shard.config.default_replication_factor,
             n => n,
         };
-        (partitions, replication)
+        (None, partitions, replication)
     } else {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
             return Err(Refusal {
@@ -112,23 +112,23 @@ fn spec(shard: &Shard, topic: &CreatableTopic) -> Result<TopicSpec, Refusal> {
                         .into(),
             });
         }
-        let node = shard.config.node_id;
+        let mut assignments = Vec::with_capacity(topic.assignments.len());
         for (expected, assignment) in topic.assignments.iter().enumerate() {
-            let only_here = assignment.broker_ids.iter().all(|id| id.0 == node);
-            if assignment.partition_index != expected as i32 || !only_here {
+            if assignment.partition_index != expected as i32 {
                 return Err(Refusal {
                     error_code: code(ResponseError::InvalidReplicaAssignment),
-                    message: format!("Replica assignments may only name broker {node}."),
+                    message: "Partitions should be 0-based and consecutive.".into(),
                 });
             }
+            assignments.push(assignment.broker_ids.iter().map(|id| id.0).collect());
         }
-        let replication = topic.assignments[0].broker_ids.len() as i16;
-        (topic.assignments.len() as i32, replication)
+        (Some(assignments), -1, -1)
     };
     Ok(TopicSpec {
         name: topic.name.to_string(),
         partition_count,
         replication_factor,
+        assignments,
         configs,
     })
 }

@@ -1,5 +1,5 @@
-//! DescribeCluster: this node is the whole cluster and its controller, never fenced (v2
-//! lists fenced brokers only when asked, and there are none).
+//! DescribeCluster: the brokers the metadata image holds (fenced ones only when v2 asks for
+//! them), and the controller, which is this node while it is a one-voter quorum.
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{
@@ -10,18 +10,31 @@ use kafka_protocol::protocol::StrBytes;
 use super::authorized;
 use crate::shard_state::Shard;
 
-pub fn handle(shard: &Shard, request: DescribeClusterRequest) -> ResponseKind {
+pub fn handle(shard: &Shard, request: DescribeClusterRequest, version: i16) -> ResponseKind {
     let config = &shard.config;
-    let broker = DescribeClusterBroker::default()
-        .with_broker_id(BrokerId(config.node_id))
-        .with_host(StrBytes::from_string(config.advertised.host.clone()))
-        .with_port(config.advertised.port.into());
+    let image = shard.image();
+    let brokers = image
+        .brokers
+        .values()
+        .filter(|broker| !broker.fenced || request.include_fenced_brokers)
+        .filter_map(|broker| {
+            let endpoint = broker.endpoint()?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(broker.id))
+                    .with_host(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(endpoint.port.into())
+                    .with_rack(broker.rack.clone().map(StrBytes::from_string))
+                    .with_is_fenced(broker.fenced && version >= 2),
+            )
+        })
+        .collect();
     ResponseKind::DescribeCluster(
         DescribeClusterResponse::default()
             .with_endpoint_type(1)
             .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
             .with_controller_id(BrokerId(config.node_id))
-            .with_brokers(vec![broker])
+            .with_brokers(brokers)
             .with_cluster_authorized_operations(authorized::if_asked(
                 request.include_cluster_authorized_operations,
                 authorized::CLUSTER,

@@ -13,7 +13,9 @@
 //! high watermark passes its offset: owners wait on their partitions'
 //! `high_watermark_moved` signals, and the first owner to see data ends the wait for all. Fetch sessions (KIP-227) are declined: the node answers session id 0, so clients
 //! keep sending full fetch requests; an incremental request for a session we never created
-//! gets FETCH_SESSION_ID_NOT_FOUND.
+//! gets FETCH_SESSION_ID_NOT_FOUND. Only a partition's leader serves it
+//! (NOT_LEADER_OR_FOLLOWER elsewhere), and a `current_leader_epoch` (v9+) that is not the
+//! leader's is answered FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, as Kafka checks it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,6 +49,8 @@ struct Part {
     partition: i32,
     offset: i64,
     max_bytes: usize,
+    /// -1: no check.
+    current_leader_epoch: i32,
 }
 
 pub async fn handle(
@@ -83,6 +87,11 @@ pub async fn handle(
                 partition: wanted.partition,
                 offset: wanted.fetch_offset,
                 max_bytes: wanted.partition_max_bytes.max(1) as usize,
+                current_leader_epoch: if version >= 9 {
+                    wanted.current_leader_epoch
+                } else {
+                    -1
+                },
             });
         }
         response.responses.push(
@@ -286,6 +295,10 @@ async fn read_part(
         data.error_code = code(ResponseError::UnknownTopicOrPartition);
         return (part.slot, data);
     };
+    if let Err(error_code) = partition.check_leader(part.current_leader_epoch, true) {
+        data.error_code = error_code;
+        return (part.slot, data);
+    }
     let result = if cap_bytes == 0 {
         // Out of budget: no records, but an offset out of range is still an error.
         let (start, end) = (

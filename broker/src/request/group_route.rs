@@ -56,6 +56,7 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
         name: OFFSETS_TOPIC.to_string(),
         partition_count: shard.config.groups.offsets_partitions,
         replication_factor: 1,
+        assignments: None,
         configs: [
             ("cleanup.policy".to_string(), "compact".to_string()),
             ("segment.bytes".to_string(), (100u64 << 20).to_string()),

@@ -4,7 +4,10 @@
 //! each owner. Only what consumers may read counts (the high watermark), under either
 //! isolation level until transactions exist. Without tiered storage the local log is the
 //! whole log, and nothing is tiered: -4 answers the log start offset and -5 no offset, as
-//! Kafka does. v10's timeout bounds remote lookups, of which there are none.
+//! Kafka does. v10's timeout bounds remote lookups, of which there are none. Only the
+//! partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, except for the debugging
+//! replica id -2), and a `current_leader_epoch` (v4+) that is not the leader's is fenced or
+//! unknown, as Kafka checks it.
 
 use std::rc::Rc;
 
@@ -22,22 +25,33 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
+/// `replica_id` of a tool that may read any replica (Kafka's `DEBUGGING_REPLICA_ID`).
+const DEBUGGING_REPLICA_ID: i32 = -2;
 
 pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest, version: i16) -> ResponseKind {
     let mut response = ListOffsetsResponse::default();
+    let require_leader = request.replica_id.0 != DEBUGGING_REPLICA_ID;
     for topic in request.topics {
         let name = topic.name.to_string();
         let mut answers = Vec::with_capacity(topic.partitions.len());
         for wanted in topic.partitions {
             let (index, timestamp) = (wanted.partition_index, wanted.timestamp);
+            let asked = Asked {
+                timestamp,
+                current_leader_epoch: if version >= 4 {
+                    wanted.current_leader_epoch
+                } else {
+                    -1
+                },
+                require_leader,
+                version,
+            };
             let answer = if index < 0 {
                 unknown(index)
             } else {
                 let topic = name.clone();
                 let owner = shard.owner(&name, index);
-                let job = move |owner: Rc<Shard>| {
-                    offset_on_owner(owner, topic, index, timestamp, version)
-                };
+                let job = move |owner: Rc<Shard>| offset_on_owner(owner, topic, index, asked);
                 shard
                     .router
                     .call(shard, owner, job)
@@ -63,21 +77,41 @@ fn unknown(index: i32) -> ListOffsetsPartitionResponse {
         .with_offset(-1)
 }
 
+/// What one partition's lookup asks.
+#[derive(Clone, Copy)]
+struct Asked {
+    timestamp: i64,
+    current_leader_epoch: i32,
+    require_leader: bool,
+    version: i16,
+}
+
 async fn offset_on_owner(
     shard: Rc<Shard>,
     topic: String,
     index: i32,
-    timestamp: i64,
-    version: i16,
+    asked: Asked,
 ) -> ListOffsetsPartitionResponse {
     let Some(partition) = shard.partition(&topic, index) else {
         return unknown(index);
     };
+    let Asked {
+        timestamp, version, ..
+    } = asked;
+    if let Err(error_code) =
+        partition.check_leader(asked.current_leader_epoch, asked.require_leader)
+    {
+        return unknown(index).with_error_code(error_code);
+    }
     let answer = ListOffsetsPartitionResponse::default()
         .with_partition_index(index)
         .with_timestamp(-1)
         // The leader epoch exists from v4 on; the codec refuses it in older versions.
-        .with_leader_epoch(if version >= 4 { 0 } else { -1 });
+        .with_leader_epoch(if version >= 4 {
+            partition.leadership().leader_epoch
+        } else {
+            -1
+        });
     // A query the version cannot carry is refused as Kafka refuses it.
     let since = match timestamp {
         MAX_TIMESTAMP => 7,

@@ -1,5 +1,6 @@
-//! Metadata: brokers, and for each topic asked (all when the list is null) its id and
-//! partitions, each led by this node. Unknown topics are created with `num.partitions`
+//! Metadata: the live brokers, and for each topic asked (all when the list is null) its id
+//! and partitions with their leaders, leader epochs, replicas, in-sync and offline replicas,
+//! all read from the metadata image. Unknown topics are created with `num.partitions`
 //! when the client allows it and `auto.create.topics.enable` is on, as Kafka does; the
 //! answer then already shows the new topic, since creation waits for every shard.
 
@@ -16,33 +17,30 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::authorized;
 use crate::controller::{validate_topic_name, Controller, TopicSpec};
-use crate::errors::code;
-use crate::metadata::TopicMeta;
+use crate::errors::{code, NONE};
+use crate::metadata::{MetadataImage, TopicMeta, NO_LEADER};
 use crate::shard_state::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> ResponseKind {
     let config = &shard.config;
     let node = BrokerId(config.node_id);
+    let image = shard.image();
     // Before v4 there is no flag: auto-creation follows the broker setting alone.
     let allow_create =
         (version < 4 || request.allow_auto_topic_creation) && config.auto_create_topics;
     let mut topics = Vec::new();
     match request.topics {
-        None => {
-            let image = shard.image();
-            topics.extend(image.topics.values().map(|topic| describe(topic, node)));
-        }
+        None => topics.extend(image.topics.values().map(|topic| describe(topic, &image))),
         Some(wanted) => {
             for wanted in wanted {
                 let by_name = wanted.name.as_ref().map(|n| n.to_string());
-                let image = shard.image();
                 let found = match &by_name {
                     Some(name) => image.topic(name).cloned(),
                     None => image.topic_by_id(&wanted.topic_id).cloned(),
                 };
                 let answer = match (found, by_name) {
-                    (Some(topic), _) => describe(&topic, node),
-                    (None, Some(name)) if allow_create => auto_create(shard, name, node).await,
+                    (Some(topic), _) => describe(&topic, &image),
+                    (None, Some(name)) if allow_create => auto_create(shard, name).await,
                     (None, name) => MetadataResponseTopic::default()
                         .with_name(name.map(|n| TopicName(StrBytes::from_string(n))))
                         .with_topic_id(wanted.topic_id)
@@ -62,13 +60,30 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
         }
     }
     fit_to_version(&mut topics, version);
-    let broker = MetadataResponseBroker::default()
-        .with_node_id(node)
-        .with_host(StrBytes::from_string(config.advertised.host.clone()))
-        .with_port(config.advertised.port.into());
+    // The image may be newer after an auto-creation: list the brokers it names.
+    let image = shard.image();
+    let brokers = image
+        .live_brokers()
+        .filter_map(|broker| {
+            let endpoint = broker.endpoint()?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(broker.id))
+                    .with_host(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(endpoint.port.into())
+                    .with_rack(
+                        broker
+                            .rack
+                            .clone()
+                            .filter(|_| version >= 1)
+                            .map(StrBytes::from_string),
+                    ),
+            )
+        })
+        .collect();
     ResponseKind::Metadata(
         MetadataResponse::default()
-            .with_brokers(vec![broker])
+            .with_brokers(brokers)
             .with_cluster_id(
                 (version >= 2).then(|| StrBytes::from_string(config.cluster_id.clone())),
             )
@@ -82,7 +97,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
     )
 }
 
-async fn auto_create(shard: &Rc<Shard>, name: String, node: BrokerId) -> MetadataResponseTopic {
+async fn auto_create(shard: &Rc<Shard>, name: String) -> MetadataResponseTopic {
     let refused = |error_code: i16, name: String| {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name))))
@@ -95,15 +110,17 @@ async fn auto_create(shard: &Rc<Shard>, name: String, node: BrokerId) -> Metadat
         name: name.clone(),
         partition_count: shard.config.num_partitions,
         replication_factor: shard.config.default_replication_factor,
+        assignments: None,
         configs: Default::default(),
     };
     let created = Controller::create_topic_from(shard, spec, false).await;
     match created {
-        Ok(Ok(topic)) => describe(&topic, node),
+        Ok(Ok(topic)) => describe(&topic, &shard.image()),
         // Another request created it first: describe what exists.
         Ok(Err(refusal)) if refusal.error_code == code(ResponseError::TopicAlreadyExists) => {
-            match shard.image().topic(&name) {
-                Some(topic) => describe(topic, node),
+            let image = shard.image();
+            match image.topic(&name) {
+                Some(topic) => describe(topic, &image),
                 None => refused(code(ResponseError::LeaderNotAvailable), name),
             }
         }
@@ -112,15 +129,30 @@ async fn auto_create(shard: &Rc<Shard>, name: String, node: BrokerId) -> Metadat
     }
 }
 
-fn describe(topic: &TopicMeta, node: BrokerId) -> MetadataResponseTopic {
-    let partitions = (0..topic.partition_count)
-        .map(|index| {
+fn describe(topic: &TopicMeta, image: &MetadataImage) -> MetadataResponseTopic {
+    let ids = |ids: &[i32]| ids.iter().copied().map(BrokerId).collect::<Vec<_>>();
+    let partitions = (0..)
+        .zip(&topic.partitions)
+        .map(|(index, state)| {
+            let offline: Vec<i32> = state
+                .replicas
+                .iter()
+                .copied()
+                .filter(|id| image.live_broker(*id).is_none())
+                .collect();
+            let led = state.leader != NO_LEADER && image.live_broker(state.leader).is_some();
             MetadataResponsePartition::default()
+                .with_error_code(if led {
+                    NONE
+                } else {
+                    code(ResponseError::LeaderNotAvailable)
+                })
                 .with_partition_index(index)
-                .with_leader_id(node)
-                .with_leader_epoch(0)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_leader_id(BrokerId(if led { state.leader } else { NO_LEADER }))
+                .with_leader_epoch(state.leader_epoch)
+                .with_replica_nodes(ids(&state.replicas))
+                .with_isr_nodes(ids(&state.isr))
+                .with_offline_replicas(ids(&offline))
         })
         .collect();
     MetadataResponseTopic::default()
@@ -144,6 +176,9 @@ fn fit_to_version(topics: &mut [MetadataResponseTopic], version: i16) {
         for partition in &mut topic.partitions {
             if version < 7 {
                 partition.leader_epoch = -1;
+            }
+            if version < 5 {
+                partition.offline_replicas.clear();
             }
         }
     }

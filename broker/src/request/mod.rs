@@ -104,7 +104,9 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::CreatePartitions(body) => {
             respond(create_partitions::handle(&shard, body).await)
         }
-        RequestKind::DescribeCluster(body) => respond(describe_cluster::handle(&shard, body)),
+        RequestKind::DescribeCluster(body) => {
+            respond(describe_cluster::handle(&shard, body, version))
+        }
         RequestKind::FindCoordinator(body) => {
             respond(find_coordinator::handle(&shard, body, version).await)
         }
