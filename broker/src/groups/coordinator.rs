@@ -38,6 +38,9 @@ use crate::request::now_ms;
 use crate::shard_state::Shard;
 use shard::Turns;
 
+mod load;
+mod offsets;
+
 /// Bytes read per step when replaying an offsets partition.
 const LOAD_READ_BYTES: usize = 1 << 20;
 /// How often member sessions, rebalance deadlines and offset retention are checked.
@@ -133,113 +136,6 @@ impl GroupCoordinator {
             return Err(code(ResponseError::CoordinatorLoadInProgress));
         }
         Ok(partition)
-    }
-
-    /// Replays one offsets partition into memory.
-    pub async fn load(&self, partition: &Partition) -> Result<(), storage::StorageError> {
-        let started = Instant::now();
-        let mut offset = partition.log.log_start_offset();
-        let mut record_count = 0usize;
-        while offset < partition.log.log_end_offset() {
-            let read = match partition.log.read(offset, LOAD_READ_BYTES).await {
-                Ok(read) => read,
-                Err(storage::ReadError::Storage(error)) => return Err(error),
-                Err(storage::ReadError::OffsetOutOfRange { .. }) => break,
-            };
-            if read.records.is_empty() {
-                break;
-            }
-            let mut position = 0;
-            while position < read.records.len() {
-                let Ok(header) = storage::batch::BatchHeader::parse(&read.records[position..])
-                else {
-                    break;
-                };
-                let end = position + header.total_bytes();
-                let mut batch = read.records.slice(position..end.min(read.records.len()));
-                position = end;
-                offset = header.last_offset() + 1;
-                let set = match RecordBatchDecoder::decode(&mut batch) {
-                    Ok(set) => set,
-                    Err(error) => {
-                        tracing::warn!(%error, "skipping an undecodable offsets batch");
-                        continue;
-                    }
-                };
-                for record in set.records {
-                    record_count += 1;
-                    self.apply(record.key, record.value, Instant::now());
-                }
-            }
-        }
-        self.loaded.borrow_mut().insert(partition.index);
-        tracing::debug!(
-            partition = partition.index,
-            record_count,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "offsets partition loaded"
-        );
-        Ok(())
-    }
-
-    /// Applies one replayed record; later records win, tombstones delete.
-    fn apply(&self, key: Option<Bytes>, value: Option<Bytes>, now: Instant) {
-        let Some(key) = key else { return };
-        let key = match decode_key(key) {
-            Ok(Some(key)) => key,
-            Ok(None) => return,
-            Err(reason) => {
-                tracing::warn!(%reason, "skipping an undecodable offsets key");
-                return;
-            }
-        };
-        let value = match value.map(|v| decode_value(&key, v)).transpose() {
-            Ok(value) => value,
-            Err(reason) => {
-                tracing::warn!(%reason, "skipping an undecodable offsets value");
-                return;
-            }
-        };
-        match (key, value) {
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                Some(RecordValue::Offset(value)),
-            ) => {
-                self.offsets
-                    .borrow_mut()
-                    .entry(group)
-                    .or_default()
-                    .insert((topic, partition), value);
-            }
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                None,
-            ) => {
-                let mut offsets = self.offsets.borrow_mut();
-                if let Some(committed) = offsets.get_mut(&group) {
-                    committed.remove(&(topic, partition));
-                    if committed.is_empty() {
-                        offsets.remove(&group);
-                    }
-                }
-            }
-            (RecordKey::Group { group }, Some(RecordValue::Group(value))) => {
-                let restored = restore_group(&group, value, now);
-                self.groups.borrow_mut().insert(group, restored);
-            }
-            (RecordKey::Group { group }, None) => {
-                self.groups.borrow_mut().remove(&group);
-            }
-            (key, _) => tracing::warn!(?key, "offsets record of the wrong kind"),
-        }
     }
 
     /// Appends `records` to the group's offsets partition and waits until they are durable.
@@ -418,169 +314,6 @@ impl GroupCoordinator {
         (NONE, codes)
     }
 
-    /// OffsetCommit: one error code per part, in order. Called, it checks the commit and
-    /// queues its records on the offsets partition at once; the returned future waits until
-    /// they are durable and then makes them visible. Both happen in the order of the calls,
-    /// so a member's commits, admitted in the order it sent them, never go backwards.
-    pub fn commit(
-        shard: &Rc<Shard>,
-        group_id: String,
-        member: (String, Option<String>),
-        generation: i32,
-        parts: Vec<CommitPart>,
-    ) -> impl Future<Output = Vec<i16>> + 'static {
-        let coordinator = &shard.groups;
-        let (member_id, instance_id) = member;
-        let checked = coordinator
-            .check_serving(shard, &group_id)
-            .and_then(|partition| {
-                coordinator
-                    .check_commit(&group_id, &member_id, instance_id.as_deref(), generation)
-                    .map(|()| partition)
-            });
-        let partition = match checked {
-            Ok(partition) => partition,
-            Err(error_code) => {
-                let codes = vec![error_code; parts.len()];
-                return Box::pin(async move { codes }) as Pin<Box<dyn Future<Output = _>>>;
-            }
-        };
-        let image = shard.image();
-        let now = now_ms();
-        let mut codes = Vec::with_capacity(parts.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for part in parts {
-            let exists = image
-                .topic(&part.topic)
-                .is_some_and(|t| (0..t.partition_count()).contains(&part.partition));
-            let metadata = part.metadata.unwrap_or_default();
-            let error_code = if !exists {
-                code(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > coordinator.config.offset_metadata_bytes_max {
-                code(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                let key = RecordKey::Offset {
-                    group: group_id.clone(),
-                    topic: part.topic.clone(),
-                    partition: part.partition,
-                };
-                let value = OffsetValue {
-                    offset: part.offset,
-                    leader_epoch: part.leader_epoch,
-                    metadata,
-                    commit_timestamp_ms: now,
-                };
-                records.push((key, Some(RecordValue::Offset(value.clone()))));
-                accepted.push((codes.len(), part.topic, part.partition, value));
-                NONE
-            };
-            codes.push(error_code);
-        }
-        let turn = coordinator
-            .commit_turns
-            .borrow_mut()
-            .entry(partition.index)
-            .or_default()
-            .take();
-        let written = Self::queue_write(&partition, records);
-        let shard = shard.clone();
-        Box::pin(async move {
-            let result = written.await;
-            turn.wait().await;
-            match result {
-                Ok(()) => {
-                    let mut offsets = shard.groups.offsets.borrow_mut();
-                    let committed = offsets.entry(group_id).or_default();
-                    for (_, topic, partition, value) in accepted {
-                        committed.insert((topic, partition), value);
-                    }
-                }
-                Err(error_code) => {
-                    for (index, ..) in accepted {
-                        codes[index] = error_code;
-                    }
-                }
-            }
-            drop(turn);
-            codes
-        })
-    }
-
-    /// Kafka's rules for who may commit: anyone to an empty or unknown group with
-    /// generation -1 (a consumer using assign()); otherwise only a current member of the
-    /// current generation, and not while the group is completing a rebalance.
-    fn check_commit(
-        &self,
-        group_id: &str,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-    ) -> Result<(), i16> {
-        if group_id.is_empty() {
-            return Err(code(ResponseError::InvalidGroupId));
-        }
-        let groups = self.groups.borrow();
-        let Some(group) = groups.get(group_id) else {
-            return if generation < 0 {
-                Ok(())
-            } else {
-                Err(code(ResponseError::IllegalGeneration))
-            };
-        };
-        if generation < 0 && group.state == GroupState::Empty {
-            return Ok(());
-        }
-        group.check_member(member_id, instance_id).map_err(code)?;
-        if generation != group.generation {
-            return Err(code(ResponseError::IllegalGeneration));
-        }
-        if group.state == GroupState::CompletingRebalance {
-            return Err(code(ResponseError::RebalanceInProgress));
-        }
-        Ok(())
-    }
-
-    /// OffsetFetch: committed offsets of `wanted` (topic → partitions), or of every
-    /// partition the group has committed when `wanted` is None.
-    pub fn fetch_offsets(
-        &self,
-        shard: &Shard,
-        group_id: &str,
-        wanted: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<CommittedByTopic, i16> {
-        self.check_serving(shard, group_id)?;
-        let offsets = self.offsets.borrow();
-        let committed = offsets.get(group_id);
-        let lookup = |topic: &str, partition: i32| {
-            committed
-                .and_then(|c| c.get(&(topic.to_string(), partition)))
-                .cloned()
-        };
-        Ok(match wanted {
-            Some(wanted) => wanted
-                .into_iter()
-                .map(|(topic, partitions)| {
-                    let found = partitions
-                        .iter()
-                        .map(|p| (*p, lookup(&topic, *p)))
-                        .collect();
-                    (topic, found)
-                })
-                .collect(),
-            None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, Option<Committed>)>> = BTreeMap::new();
-                for ((topic, partition), value) in committed.into_iter().flatten() {
-                    by_topic
-                        .entry(topic.clone())
-                        .or_default()
-                        .push((*partition, Some(value.clone())));
-                }
-                by_topic.into_iter().collect()
-            }
-        })
-    }
-
     /// Every group of this shard with its state and protocol type.
     pub fn list(&self) -> Vec<(String, &'static str, String)> {
         let groups = self.groups.borrow();
@@ -688,50 +421,6 @@ impl GroupCoordinator {
         NONE
     }
 
-    /// OffsetDelete: removes committed offsets of partitions no active member consumes.
-    pub async fn delete_offsets(
-        &self,
-        shard: &Shard,
-        group_id: &str,
-        parts: Vec<(String, i32)>,
-    ) -> Result<Vec<i16>, i16> {
-        let partition = self.check_serving(shard, group_id)?;
-        let mut codes = Vec::with_capacity(parts.len());
-        let mut tombstones = Vec::new();
-        {
-            let groups = self.groups.borrow();
-            let offsets = self.offsets.borrow();
-            let group = groups.get(group_id);
-            if group.is_none() && !offsets.contains_key(group_id) {
-                return Err(code(ResponseError::GroupIdNotFound));
-            }
-            for (topic, index) in &parts {
-                let subscribed = group.is_some_and(|g| subscribes_to(g, topic));
-                if subscribed {
-                    codes.push(code(ResponseError::GroupSubscribedToTopic));
-                    continue;
-                }
-                codes.push(NONE);
-                let key = RecordKey::Offset {
-                    group: group_id.to_string(),
-                    topic: topic.clone(),
-                    partition: *index,
-                };
-                tombstones.push((key, None));
-            }
-        }
-        Self::write(&partition, tombstones).await?;
-        let mut offsets = self.offsets.borrow_mut();
-        if let Some(committed) = offsets.get_mut(group_id) {
-            for ((topic, index), error_code) in parts.into_iter().zip(&codes) {
-                if *error_code == NONE {
-                    committed.remove(&(topic, index));
-                }
-            }
-        }
-        Ok(codes)
-    }
-
     /// Runs on every shard for its whole life: expires members, advances rebalances past
     /// their deadlines, and drops offsets of empty groups older than the retention.
     pub async fn sweep_forever(shard: Rc<Shard>) {
@@ -766,35 +455,8 @@ impl GroupCoordinator {
             }
         }
     }
-
-    /// Offsets of empty groups expire `offsets.retention.minutes` after their commit.
-    async fn expire_offsets(&self, shard: &Shard) {
-        let horizon_ms = now_ms() - self.config.offsets_retention.as_millis() as i64;
-        let expired: Vec<(String, Vec<(String, i32)>)> = {
-            let groups = self.groups.borrow();
-            let offsets = self.offsets.borrow();
-            offsets
-                .iter()
-                .filter(|(group_id, _)| groups.get(*group_id).is_none_or(Group::is_empty))
-                .filter_map(|(group_id, committed)| {
-                    let old: Vec<(String, i32)> = committed
-                        .iter()
-                        .filter(|(_, value)| value.commit_timestamp_ms < horizon_ms)
-                        .map(|(key, _)| key.clone())
-                        .collect();
-                    (!old.is_empty()).then(|| (group_id.clone(), old))
-                })
-                .collect()
-        };
-        for (group_id, parts) in expired {
-            tracing::info!(group = %group_id, count = parts.len(), "expiring committed offsets");
-            let _ = self.delete_offsets(shard, &group_id, parts).await;
-        }
-    }
 }
 
-/// Whether any member of `group` subscribes to `topic` (consumer protocol subscriptions:
-/// version i16, then an array of topic names).
 /// One uncompressed v2 batch of offsets records, stamped `timestamp`.
 fn encode_batch(
     records: Vec<(RecordKey, Option<RecordValue>)>,
@@ -827,23 +489,6 @@ fn encode_batch(
     RecordBatchEncoder::encode(&mut batch, &records, &options)
         .map_err(|_| code(ResponseError::UnknownServerError))?;
     Ok(batch.freeze())
-}
-
-fn subscribes_to(group: &Group, topic: &str) -> bool {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    use kafka_protocol::protocol::Decodable;
-    group.members.values().any(|member| {
-        member.protocols.iter().any(|(_, metadata)| {
-            let mut bytes = metadata.clone();
-            if bytes.len() < 2 {
-                return false;
-            }
-            let version = i16::from_be_bytes([bytes[0], bytes[1]]);
-            bytes = bytes.slice(2..);
-            ConsumerProtocolSubscription::decode(&mut bytes, version)
-                .is_ok_and(|s| s.topics.iter().any(|t| t.as_str() == topic))
-        })
-    })
 }
 
 /// What members waiting on a group write are told if it failed: COORDINATOR_NOT_AVAILABLE,
@@ -890,37 +535,5 @@ fn snapshot(group: &Group) -> (RecordKey, RecordValue) {
             group: group.id.clone(),
         },
         RecordValue::Group(value),
-    )
-}
-
-fn restore_group(group_id: &str, value: GroupValue, now: Instant) -> Group {
-    let protocol = value.protocol.clone();
-    let members = value
-        .members
-        .into_iter()
-        .enumerate()
-        .map(|(seq, m)| {
-            Group::restored_member(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                Duration::from_millis(m.session_timeout_ms.max(0) as u64),
-                Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64),
-                protocol.as_deref(),
-                m.subscription,
-                m.assignment,
-                seq as u64,
-                now,
-            )
-        })
-        .collect();
-    Group::restore(
-        group_id,
-        value.protocol_type,
-        value.generation,
-        protocol,
-        value.leader,
-        members,
     )
 }
