@@ -10,7 +10,7 @@ use std::path::Path;
 use broker::metadata::image::{topic_records, PartitionState, TopicMeta};
 use broker::metadata::records::{BrokerEndpoint, MetadataRecord, RegisterBrokerRecord};
 use broker::metadata::{FileMetadataStore, MetadataStore};
-use common::{batch, create_topic, produce, Client, Node};
+use common::{batch, create_topic, produce, produce_request, Client, Node};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -18,8 +18,9 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, DescribeClusterRequest, FetchRequest, FindCoordinatorRequest,
-    ListOffsetsRequest, MetadataRequest, MetadataResponse, RequestKind, ResponseKind,
+    ApiKey, BrokerId, CreateTopicsRequest, DescribeClusterRequest, FetchRequest,
+    FindCoordinatorRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, RequestKind,
+    ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -98,6 +99,11 @@ fn metadata(client: &mut Client, topics: &[&str]) -> MetadataResponse {
 }
 
 fn fetch_error(client: &mut Client, topic: &str, current_leader_epoch: i32) -> i16 {
+    fetch_answer(client, topic, current_leader_epoch).0
+}
+
+/// (error code, current leader id, its epoch) of a Fetch v12 of partition 0.
+fn fetch_answer(client: &mut Client, topic: &str, current_leader_epoch: i32) -> (i16, i32, i32) {
     let request = FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(0)
@@ -112,7 +118,13 @@ fn fetch_error(client: &mut Client, topic: &str, current_leader_epoch: i32) -> i
     let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
         unreachable!()
     };
-    answer.responses[0].partitions[0].error_code
+    let partition = &answer.responses[0].partitions[0];
+    let leader = &partition.current_leader;
+    (
+        partition.error_code,
+        leader.leader_id.0,
+        leader.leader_epoch,
+    )
 }
 
 fn list_offsets(client: &mut Client, topic: &str, current_leader_epoch: i32) -> (i16, i32) {
@@ -187,6 +199,27 @@ fn a_node_answers_from_the_cluster_image() {
     );
     let (error, base_offset) = produce(&mut client, "led", 0, records.clone(), 1);
     assert_eq!((error, base_offset), (0, 0));
+    // From Produce v10 the refusal names the leader and its endpoint (KIP-951).
+    let request = produce_request("followed", 0, records.clone(), 1);
+    client.send(ApiKey::Produce, 11, &RequestKind::Produce(request));
+    let ResponseKind::Produce(answer) = client.receive(ApiKey::Produce, 11) else {
+        unreachable!()
+    };
+    let refused = &answer.responses[0].partition_responses[0];
+    assert_eq!(refused.error_code, code(ResponseError::NotLeaderOrFollower));
+    assert_eq!(
+        (
+            refused.current_leader.leader_id.0,
+            refused.current_leader.leader_epoch
+        ),
+        (2, 5)
+    );
+    let endpoints: Vec<_> = answer
+        .node_endpoints
+        .iter()
+        .map(|e| (e.node_id.0, e.host.to_string(), e.port))
+        .collect();
+    assert_eq!(endpoints, vec![(2, "127.0.0.2".to_string(), 19092)]);
     // A partition of which this node holds no replica is not here at all.
     assert_eq!(
         produce(&mut client, "elsewhere", 0, records, 1).0,
@@ -205,6 +238,10 @@ fn a_node_answers_from_the_cluster_image() {
     assert_eq!(
         fetch_error(&mut client, "followed", 5),
         code(ResponseError::NotLeaderOrFollower)
+    );
+    assert_eq!(
+        fetch_answer(&mut client, "followed", 5),
+        (code(ResponseError::NotLeaderOrFollower), 2, 5)
     );
     assert_eq!(fetch_error(&mut client, "led", 3), 0);
     assert_eq!(fetch_error(&mut client, "led", -1), 0);

@@ -15,7 +15,8 @@
 //! keep sending full fetch requests; an incremental request for a session we never created
 //! gets FETCH_SESSION_ID_NOT_FOUND. Only a partition's leader serves it
 //! (NOT_LEADER_OR_FOLLOWER elsewhere), and a `current_leader_epoch` (v9+) that is not the
-//! leader's is answered FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, as Kafka checks it.
+//! leader's is answered FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, as Kafka checks it;
+//! from v12, NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH carry the leader this node knows.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,8 +28,10 @@ use shard::Notify;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use storage::batch::BatchHeader;
 use storage::ReadError;
@@ -51,6 +54,7 @@ struct Part {
     max_bytes: usize,
     /// -1: no check.
     current_leader_epoch: i32,
+    version: i16,
 }
 
 pub async fn handle(
@@ -92,6 +96,7 @@ pub async fn handle(
                 } else {
                     -1
                 },
+                version,
             });
         }
         response.responses.push(
@@ -297,6 +302,12 @@ async fn read_part(
     };
     if let Err(error_code) = partition.check_leader(part.current_leader_epoch, true) {
         data.error_code = error_code;
+        if part.version >= 12 && error_code != code(ResponseError::UnknownLeaderEpoch) {
+            let leadership = partition.leadership();
+            data.current_leader = LeaderIdAndEpoch::default()
+                .with_leader_id(BrokerId(leadership.leader))
+                .with_leader_epoch(leadership.leader_epoch);
+        }
         return (part.slot, data);
     }
     let result = if cap_bytes == 0 {

@@ -14,6 +14,9 @@
 //! partition in the order they arrived, even when an owner's inbox or a partition's write
 //! queue is full.
 //!
+//! A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER with, from v10, the
+//! leader it knows and that leader's endpoint (KIP-951), so the client need not ask Metadata.
+//!
 //! Durability (docs/ARCHITECTURE.md): `acks=1` is answered once the batch's write has
 //! completed, `acks=all` once it is fdatasynced. With `acks=0` nothing is sent back; if any
 //! part failed the connection is closed, which is how Kafka tells an acks=0 producer that
@@ -24,8 +27,11 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
 use net::{Answer, Reply};
 
 use super::now_ms;
@@ -88,6 +94,7 @@ pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> 
             pending.map(|pending| glommio::spawn_local(pending).detach()),
         ));
     }
+    let shard = shard.clone();
     Box::pin(async move {
         for (owner, call) in calls {
             let answers = match call {
@@ -106,6 +113,9 @@ pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> 
                 response.responses[topic_index].partition_responses[partition_index] = answer;
             }
         }
+        if version >= 10 {
+            response.node_endpoints = leader_endpoints(&shard, &response);
+        }
         finish(response, acks, invalid_acks, version)
     })
 }
@@ -119,14 +129,17 @@ fn finish(mut response: ProduceResponse, acks: i16, invalid_acks: bool, version:
             }
         }
     }
-    if version < 5 {
-        // log_start_offset exists from v5 on; the codec refuses it in older versions.
-        for partition in response
-            .responses
-            .iter_mut()
-            .flat_map(|t| &mut t.partition_responses)
-        {
+    for partition in response
+        .responses
+        .iter_mut()
+        .flat_map(|t| &mut t.partition_responses)
+    {
+        // The codec refuses fields outside their versions unless they hold the default.
+        if version < 5 {
             partition.log_start_offset = -1;
+        }
+        if version < 10 {
+            partition.current_leader = LeaderIdAndEpoch::default();
         }
     }
     if acks == 0 {
@@ -138,6 +151,34 @@ fn finish(mut response: ProduceResponse, acks: i16, invalid_acks: bool, version:
         return if failed { Reply::Close } else { Reply::Silent };
     }
     Reply::Respond(Box::new(ResponseKind::Produce(response)))
+}
+
+/// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951).
+fn leader_endpoints(shard: &Shard, response: &ProduceResponse) -> Vec<NodeEndpoint> {
+    let image = shard.image();
+    let mut leaders: Vec<i32> = response
+        .responses
+        .iter()
+        .flat_map(|topic| &topic.partition_responses)
+        .filter(|p| p.error_code == code(ResponseError::NotLeaderOrFollower))
+        .map(|p| p.current_leader.leader_id.0)
+        .collect();
+    leaders.sort_unstable();
+    leaders.dedup();
+    leaders
+        .into_iter()
+        .filter_map(|id| {
+            let broker = image.live_broker(id)?;
+            let endpoint = broker.endpoint()?;
+            Some(
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(endpoint.port.into())
+                    .with_rack(broker.rack.clone().map(StrBytes::from_string)),
+            )
+        })
+        .collect()
 }
 
 /// A partition's answer before (or without) an append.
@@ -182,6 +223,12 @@ fn append_on_owner(
                 Ok((partition, append)) => {
                     let outcome = append.await;
                     answer.error_code = outcome.error_code;
+                    if outcome.error_code == code(ResponseError::NotLeaderOrFollower) {
+                        let leadership = partition.leadership();
+                        answer.current_leader = LeaderIdAndEpoch::default()
+                            .with_leader_id(BrokerId(leadership.leader))
+                            .with_leader_epoch(leadership.leader_epoch);
+                    }
                     answer.base_offset = outcome.base_offset;
                     answer.log_start_offset = outcome.log_start_offset;
                     if outcome.error_code == NONE && acks != 0 {
