@@ -68,7 +68,9 @@ impl Listener {
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     pub node_id: i32,
-    pub cluster_id: String,
+    /// `cluster.id` if configured; a node takes its cluster id from its formatted storage
+    /// (`meta.properties`), and refuses to start if the two differ.
+    pub cluster_id: Option<String>,
     /// `broker.rack`: announced in the broker's registration and to clients.
     pub rack: Option<String>,
     pub listener: Listener,
@@ -334,7 +336,7 @@ impl BrokerConfig {
                 0,
                 i32::MAX,
             )?,
-            cluster_id: get("cluster.id").unwrap_or("ringlog-local").to_string(),
+            cluster_id: get("cluster.id").map(str::to_string),
             rack: get("broker.rack").map(str::to_string),
             listener,
             advertised,
@@ -575,7 +577,7 @@ impl BrokerConfig {
 
 /// Java properties, the subset Kafka's files use: `key=value` or `key: value` lines,
 /// `#`/`!` comments, blank lines.
-fn parse_properties(
+pub(crate) fn parse_properties(
     text: &str,
     origin: &str,
     out: &mut BTreeMap<String, String>,

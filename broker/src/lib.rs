@@ -21,6 +21,7 @@ pub mod errors;
 pub mod groups;
 pub mod listener;
 pub mod memory;
+pub mod meta_properties;
 pub mod metadata;
 pub mod partition;
 pub mod producers;

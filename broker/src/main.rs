@@ -31,6 +31,24 @@ enum Command {
         #[arg(long)]
         cores: Option<usize>,
     },
+    /// Format a log directory for a node of a cluster (like kafka-storage format); a single
+    /// node formats its own on first start.
+    Format {
+        /// The cluster's id: a UUID in base64, as `ringlog random-uuid` prints.
+        #[arg(long)]
+        cluster_id: String,
+        /// Leave a directory that is already formatted as it is, instead of failing.
+        #[arg(long)]
+        ignore_formatted: bool,
+        /// A properties file with Kafka's configuration names (log.dirs, node.id).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Overrides one setting, e.g. --set node.id=2 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Print a fresh cluster id (like kafka-storage random-uuid).
+    RandomUuid,
     /// Create, list, describe, delete topics and add partitions (like kafka-topics).
     Topic(broker::cli::topic::TopicArgs),
     /// Produce lines from stdin as records (like kafka-console-producer).
@@ -57,6 +75,33 @@ fn main() -> ExitCode {
         Command::Serve { config, set, cores } => BrokerConfig::load(config.as_deref(), &set)
             .map_err(anyhow::Error::from)
             .and_then(|config| broker::server::run(config, cores)),
+        Command::Format {
+            cluster_id,
+            ignore_formatted,
+            config,
+            set,
+        } => BrokerConfig::load(config.as_deref(), &set)
+            .map_err(anyhow::Error::from)
+            .and_then(|config| {
+                let formatted = broker::meta_properties::format(
+                    &config.log_dir,
+                    &cluster_id,
+                    config.node_id,
+                    ignore_formatted,
+                )?;
+                println!(
+                    "Formatted {} for node {} of cluster {} (directory id {})",
+                    config.log_dir.display(),
+                    formatted.node_id,
+                    formatted.cluster_id,
+                    formatted.directory_id
+                );
+                Ok(())
+            }),
+        Command::RandomUuid => {
+            println!("{}", broker::meta_properties::random_id());
+            Ok(())
+        }
         Command::Topic(args) => broker::cli::topic::run(args, &mut std::io::stdout().lock()),
         Command::Produce(args) => broker::cli::produce::run(args, std::io::stdin()).map(drop),
         Command::Consume(args) => {

@@ -45,6 +45,14 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     config.log_dir = std::fs::canonicalize(&config.log_dir)
         .with_context(|| format!("resolving log.dirs {}", config.log_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
+    // A node with no quorum voters is a quorum of itself: it formats its storage itself.
+    let formatted = crate::meta_properties::load_for_start(
+        &config.log_dir,
+        config.node_id,
+        config.cluster_id.as_deref(),
+        true,
+    )?;
+    config.cluster_id = Some(formatted.cluster_id);
     let listener = crate::listener::bind(&config.listener.host, config.listener.port)?;
     let port = listener.local_addr().context("listener address")?.port();
     // Port 0 asked the kernel for a port: it is known now, and clients are told it.

@@ -32,7 +32,9 @@ pub fn handle(shard: &Shard, request: DescribeClusterRequest, version: i16) -> R
     ResponseKind::DescribeCluster(
         DescribeClusterResponse::default()
             .with_endpoint_type(1)
-            .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
+            .with_cluster_id(StrBytes::from_string(
+                config.cluster_id.clone().unwrap_or_default(),
+            ))
             .with_controller_id(BrokerId(config.node_id))
             .with_brokers(brokers)
             .with_cluster_authorized_operations(authorized::if_asked(

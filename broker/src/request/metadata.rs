@@ -85,7 +85,8 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
         MetadataResponse::default()
             .with_brokers(brokers)
             .with_cluster_id(
-                (version >= 2).then(|| StrBytes::from_string(config.cluster_id.clone())),
+                (version >= 2)
+                    .then(|| StrBytes::from_string(config.cluster_id.clone().unwrap_or_default())),
             )
             .with_controller_id(if version >= 1 { node } else { BrokerId(-1) })
             .with_topics(topics)
