@@ -17,6 +17,7 @@
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod durable;
 pub mod errors;
 pub mod groups;
 pub mod listener;
@@ -25,6 +26,7 @@ pub mod meta_properties;
 pub mod metadata;
 pub mod partition;
 pub mod producers;
+pub mod quorum;
 pub mod request;
 pub mod retention;
 pub mod server;

@@ -8,8 +8,6 @@
 //! as its old self). The file is written aside, fsynced and renamed into place.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +16,7 @@ use base64::Engine;
 use uuid::Uuid;
 
 use crate::config::parse_properties;
+use crate::durable::replace_file;
 
 pub const FILE_NAME: &str = "meta.properties";
 const VERSION: &str = "1";
@@ -86,19 +85,11 @@ impl MetaProperties {
 
     fn write(&self, dir: &Path) -> Result<()> {
         let path = Self::path(dir);
-        let aside = dir.join(format!("{FILE_NAME}.tmp"));
         let text = format!(
             "#\n#Written by ringlog\ncluster.id={}\ndirectory.id={}\nnode.id={}\nversion={VERSION}\n",
             self.cluster_id, self.directory_id, self.node_id
         );
-        let written = File::create(&aside).and_then(|mut file| {
-            file.write_all(text.as_bytes())?;
-            file.sync_all()
-        });
-        written
-            .and_then(|()| std::fs::rename(&aside, &path))
-            .and_then(|()| File::open(dir)?.sync_all())
-            .with_context(|| format!("writing {}", path.display()))
+        replace_file(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
     }
 }
 

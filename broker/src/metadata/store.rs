@@ -24,6 +24,7 @@ use thiserror::Error;
 
 use super::legacy::LegacyRecord;
 use super::{MetadataImage, MetadataRecord};
+use crate::durable::replace_file;
 
 /// A batch of metadata records is a few kilobytes; anything near this is corruption.
 const RECORD_BYTES_MAX: usize = 16 << 20;
@@ -137,18 +138,10 @@ impl FileMetadataStore {
             .expect("the path has a parent by construction")
     }
 
-    /// Writes `records` as the whole file, atomically: aside, synced, renamed over.
+    /// Writes `records` as the whole file, atomically ([`replace_file`]).
     fn rewrite(&mut self, records: &[MetadataRecord]) -> Result<(), StoreError> {
-        let aside = self.path.with_extension("log.rewrite");
         let frame = encode_batch(records);
-        let written = File::create(&aside).and_then(|mut file| {
-            file.write_all(&frame)?;
-            file.sync_all()
-        });
-        written
-            .and_then(|()| std::fs::rename(&aside, &self.path))
-            .and_then(|()| File::open(self.dir())?.sync_all())
-            .map_err(|e| self.io(e))?;
+        replace_file(&self.path, &frame).map_err(|e| self.io(e))?;
         let file = OpenOptions::new()
             .read(true)
             .append(true)

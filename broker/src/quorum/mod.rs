@@ -1,0 +1,15 @@
+//! The metadata quorum: the voters that replicate the metadata log with Raft (TiKV's
+//! raft-rs), each a [`QuorumNode`] whose log is kept durable by its [`wal::Wal`].
+//!
+//! raft-rs is a synchronous state machine: a shard's task drives it (ticks, messages in and
+//! out, a ready loop) with no runtime to adapt, and the library's safety rests on its own
+//! tests (it is etcd's algorithm, ported). Records proposed here are the metadata records of
+//! `crate::metadata`, one batch per entry.
+
+pub mod node;
+pub mod wal;
+
+pub use node::{Committed, ProposalId, QuorumError, QuorumNode};
+
+#[cfg(test)]
+mod tests;
