@@ -4,8 +4,20 @@
 use std::future::Future;
 use std::rc::Rc;
 
+use std::path::Path;
+
+use super::producer_snapshots::{wall_clock_ms, SNAPSHOTS_KEPT};
+use super::writer::ALLOCATION_STEP_BYTES;
 use super::*;
 use crate::batch::test_batches::{batch_base_offsets, encode_batch, BatchSpec};
+use crate::batch::BatchIter;
+use crate::error::ReadError;
+use crate::recovery::CLEAN_SHUTDOWN_FILE;
+use crate::retention::Retention;
+use crate::segment::{
+    parse_segment_file_name, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, SPARE_SUFFIX,
+    TIME_INDEX_SUFFIX,
+};
 
 fn run<F: Future<Output = ()> + 'static>(test: impl FnOnce() -> F + Send + 'static) {
     glommio::LocalExecutorBuilder::default()
@@ -655,7 +667,7 @@ fn concurrent_syncs_share_fdatasyncs() {
             offsets.sort_unstable();
             assert_eq!(offsets, (0..16).collect::<Vec<i64>>());
             let state = log.inner.state.borrow();
-            assert_eq!(state.ops_synced, state.ops_enqueued);
+            assert_eq!(state.queue.ops_synced, state.queue.ops_enqueued);
         });
     }
 }
@@ -899,7 +911,7 @@ fn appends_coalesce_into_few_aligned_writes() {
             for _ in 0..2_000 {
                 log.append(&records, 0, 0).expect("append");
             }
-            let ops = log.inner.state.borrow().ops_enqueued;
+            let ops = log.inner.state.borrow().queue.ops_enqueued;
             assert!(
                 ops <= 8,
                 "{mode:?}: {ops} writes for {} bytes",
@@ -933,9 +945,9 @@ fn an_append_that_fits_a_chunk_is_one_write() {
             let request = encode_batch(&spec);
             assert!(request.len() > 60_000);
             for i in 0..10 {
-                let before = log.inner.state.borrow().ops_enqueued;
+                let before = log.inner.state.borrow().queue.ops_enqueued;
                 log.append(&request, 0, 0).expect("append");
-                let ops = log.inner.state.borrow().ops_enqueued - before;
+                let ops = log.inner.state.borrow().queue.ops_enqueued - before;
                 assert_eq!(ops, 1, "{mode:?}: append {i} took {ops} writes");
                 log.sync().await.expect("sync");
             }
@@ -1037,7 +1049,7 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
             loop {
                 let started = {
                     let state = log.inner.state.borrow();
-                    state.sync_in_flight || state.ops_synced > 0
+                    state.sync_in_flight || state.queue.ops_synced > 0
                 };
                 if started {
                     break;
@@ -1050,11 +1062,11 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
                 let state = log.inner.state.borrow();
                 assert!(!state.sync_in_flight, "slot freed");
                 assert_eq!(state.dirty_files.len(), 1, "file handed back");
-                assert_eq!(state.ops_synced, 0);
+                assert_eq!(state.queue.ops_synced, 0);
             }
             log.sync().await.expect("sync after a cancelled one");
             let state = log.inner.state.borrow();
-            assert_eq!(state.ops_synced, state.ops_enqueued);
+            assert_eq!(state.queue.ops_synced, state.queue.ops_enqueued);
         });
     }
 }
