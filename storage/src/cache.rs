@@ -133,8 +133,7 @@ impl BatchCache {
     }
 
     /// Bytes that read-ahead entries hold.
-    #[cfg(test)]
-    pub(crate) fn read_ahead_size_bytes(&self) -> usize {
+    pub fn read_ahead_size_bytes(&self) -> usize {
         self.read_ahead_bytes.get()
     }
 

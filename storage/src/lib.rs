@@ -44,9 +44,14 @@ mod retention;
 mod segment;
 mod time_index;
 
+#[cfg(test)]
+mod log_tests;
+
 pub use crate::cache::BatchCache;
 pub use crate::error::{AppendError, ReadError, StorageError};
 pub use crate::io::IoMode;
-pub use crate::log::{AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult};
+pub use crate::log::{
+    AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult, WriteProgress,
+};
 pub use crate::producer_state::{ProducerError, BATCHES_PER_PRODUCER_MAX};
 pub use crate::retention::Retention;

@@ -52,12 +52,14 @@ use crate::recovery::{write_clean_shutdown, write_indexes, CleanShutdown};
 use crate::segment::Segment;
 
 use self::read::ReadAhead;
+pub use self::stats::{DiskReads, DiskWrites, WriteProgress};
 use self::write_queue::{Chunk, ChunkInfo, Job, Snapshot, WriteQueue};
 
 mod open;
 mod producer_snapshots;
 mod read;
 mod retention;
+mod stats;
 mod write_queue;
 mod writer;
 
@@ -193,39 +195,6 @@ struct Inner {
     spares: RefCell<Vec<PathBuf>>,
     /// Offsets of the producer-state snapshots on disk, ascending.
     snapshots: RefCell<Vec<i64>>,
-}
-
-/// Reads that went to the segment files (not the write queue or the batch cache) since the
-/// log was opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DiskReads {
-    pub count: u64,
-    pub bytes: u64,
-    /// Of `count`, the reads done ahead of a reader (direct mode).
-    pub ahead: u64,
-}
-
-/// Data writes to the segment files since the log was opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DiskWrites {
-    pub count: u64,
-    pub bytes: u64,
-    /// The most data writes that were in flight at once.
-    pub most_in_flight: usize,
-    /// fdatasync calls of `Log::sync` that completed (each round's are shared by every waiter
-    /// it covers).
-    pub fdatasyncs: u64,
-}
-
-impl Inner {
-    fn count_disk_read(&self, bytes: usize, ahead: bool) {
-        let reads = self.disk_reads.get();
-        self.disk_reads.set(DiskReads {
-            count: reads.count + 1,
-            bytes: reads.bytes + bytes as u64,
-            ahead: reads.ahead + u64::from(ahead),
-        });
-    }
 }
 
 /// Wake-ups between the log's callers and its writer task.
@@ -607,14 +576,6 @@ impl Log {
         self.inner.state.borrow().log_start_offset
     }
 
-    pub fn disk_writes(&self) -> DiskWrites {
-        self.inner.disk_writes.get()
-    }
-
-    pub fn disk_reads(&self) -> DiskReads {
-        self.inner.disk_reads.get()
-    }
-
     pub fn log_end_offset(&self) -> i64 {
         self.inner.state.borrow().log_end_offset
     }
@@ -799,6 +760,3 @@ fn roll(state: &mut State, log_end_offset: i64) {
     state.queue.push_seal(segment_base_offset, snapshot);
     state.segments.push(Segment::new(log_end_offset, None));
 }
-
-#[cfg(test)]
-mod tests;

@@ -514,6 +514,12 @@ impl WriteQueue {
             .any(|op| op.segment_base_offset() == segment_base_offset)
     }
 
+    /// An fdatasync that began once the first `covered` ops were done has completed.
+    pub(super) fn mark_synced(&mut self, covered: u64) {
+        debug_assert!(covered <= self.ops_done);
+        self.ops_synced = self.ops_synced.max(covered);
+    }
+
     /// Queues the seal of a segment that is no longer active.
     pub(super) fn push_seal(&mut self, segment_base_offset: i64, snapshot: Snapshot) {
         let op_seq = self.next_op_seq();
@@ -577,3 +583,6 @@ impl WriteQueue {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -306,7 +306,7 @@ impl Log {
                 Ok(()) => {
                     let mut state = inner.state.borrow_mut();
                     state.sync_in_flight = false;
-                    state.queue.ops_synced = state.queue.ops_synced.max(covered);
+                    state.queue.mark_synced(covered);
                     state.synced_end_offset = state.synced_end_offset.max(covered_end_offset);
                     drop(state);
                     let writes = inner.disk_writes.get();
