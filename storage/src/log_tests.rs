@@ -11,8 +11,10 @@ use crate::batch::test_batches::{batch_base_offsets, encode_batch, BatchSpec};
 use crate::batch::{BatchError, BatchIter};
 use crate::{
     AppendError, AppendInfo, BatchCache, Deleted, IoMode, Log, LogConfig, ReadError, Retention,
-    StorageError,
+    StorageError, TruncateError,
 };
+
+mod replication;
 
 /// docs/format.md: the file a clean close leaves.
 const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown.checkpoint";

@@ -23,13 +23,17 @@
 //!
 //! Modules, each owning one job:
 //! ```text
-//! mod.rs                 the `Log` handle: config, state, append, barriers (flush, wait), close
+//! mod.rs                 the `Log` handle: config, state, barriers (flush, wait), close, delete
+//! append.rs              a leader's `append` and a follower's `append_replicated`
 //! write_queue.rs         chunks and ops accounting (no I/O)
 //! writer.rs              the writer task, segment files, sealing, group commit (`Log::sync`)
 //! read.rs                read plans, `SegmentReader`, read-ahead, reads and time queries
 //! open.rs                `Log::open`: directory listing, segment recovery, spares
 //! retention.rs           `Log::apply_retention`
+//! truncate.rs            a follower's `truncate_to`
+//! epochs.rs              the leader-epoch cache: its checkpoint file, OffsetsForLeaderEpoch
 //! producer_snapshots.rs  producer-state snapshots: written at rolls and close, loaded on open
+//! stats.rs               counters and progress reported for metrics and tests
 //! ```
 
 use std::cell::{Cell, RefCell};
@@ -40,14 +44,12 @@ use std::task::{Poll, Waker};
 use bytes::Bytes;
 use glommio::io::DmaBuffer;
 
-use crate::batch::{
-    BatchError, BatchHeader, BatchIter, BASE_OFFSET_AT, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,
-    LEADER_EPOCH_AT,
-};
+use crate::batch::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 use crate::cache::BatchCache;
-use crate::error::{AppendError, StorageError};
+use crate::error::StorageError;
 use crate::io::{sync_dir, IoMode, SegmentFile, BLOCK_BYTES};
-use crate::producer_state::{ProducerSnapshot, ProducerTable, Verdict};
+use crate::leader_epoch::LeaderEpochCache;
+use crate::producer_state::{ProducerSnapshot, ProducerTable};
 use crate::recovery::{write_clean_shutdown, write_indexes, CleanShutdown};
 use crate::segment::Segment;
 
@@ -55,11 +57,14 @@ use self::read::ReadAhead;
 pub use self::stats::{DiskReads, DiskWrites, WriteProgress};
 use self::write_queue::{Chunk, ChunkInfo, Job, Snapshot, WriteQueue};
 
+mod append;
+mod epochs;
 mod open;
 mod producer_snapshots;
 mod read;
 mod retention;
 mod stats;
+mod truncate;
 mod write_queue;
 mod writer;
 
@@ -195,6 +200,7 @@ struct Inner {
     spares: RefCell<Vec<PathBuf>>,
     /// Offsets of the producer-state snapshots on disk, ascending.
     snapshots: RefCell<Vec<i64>>,
+    epoch_checkpoint: Rc<epochs::EpochCheckpoint>,
 }
 
 /// Wake-ups between the log's callers and its writer task.
@@ -262,6 +268,15 @@ struct State {
     read_ahead: Option<ReadAhead>,
     /// Idempotent producers and their last batches, as of `log_end_offset`.
     producers: ProducerTable,
+    /// The first offset of each leader epoch that wrote to the log, as of `log_end_offset`.
+    epochs: LeaderEpochCache,
+    /// Bumped at each change of `epochs` (see `epochs.rs`).
+    epochs_version: u64,
+    /// `Log::truncate_to` is under way: appends and retention wait it out (refused), syncs
+    /// and read-aheads do not start.
+    truncating: bool,
+    /// Truncations since the log was opened: a read that raced one is retried.
+    truncations: u64,
 }
 
 impl State {
@@ -299,6 +314,11 @@ impl State {
         }
         if self.closed {
             return Err(StorageError::Closed {
+                path: dir.to_path_buf(),
+            });
+        }
+        if self.truncating {
+            return Err(StorageError::Truncating {
                 path: dir.to_path_buf(),
             });
         }
@@ -428,150 +448,6 @@ impl Drop for Inner {
 }
 
 impl Log {
-    /// Validates every batch in `records` first (nothing is stored if any is invalid), then
-    /// assigns offsets: each batch's base offset becomes the log end offset and its partition
-    /// leader epoch is set to `leader_epoch` (both outside the CRC). Copies the bytes once, into
-    /// the write queue, and does not wait for I/O. Rolls the segment by size or age first.
-    pub fn append(
-        &self,
-        records: &[u8],
-        leader_epoch: i32,
-        now_ms: i64,
-    ) -> Result<AppendInfo, AppendError> {
-        let inner = &*self.inner;
-        let config = &inner.config;
-        if records.is_empty() {
-            return Err(BatchError::Empty.into());
-        }
-        let mut offset_count: u64 = 0;
-        let mut batch_count = 0;
-        // The batch to check against the producer state, if it comes from a producer with an id.
-        let mut producer_batch: Option<BatchHeader> = None;
-        for item in BatchIter::new(records) {
-            let (header, _) = item?;
-            if header.total_bytes() > config.batch_bytes_max {
-                return Err(BatchError::BatchTooLarge {
-                    batch_bytes: header.total_bytes(),
-                    batch_bytes_max: config.batch_bytes_max,
-                }
-                .into());
-            }
-            // Kafka's produce check: a producer's batch has one offset per record.
-            if i64::from(header.record_count) != i64::from(header.last_offset_delta) + 1 {
-                return Err(BatchError::InvalidRecordCount {
-                    record_count: header.record_count,
-                    last_offset_delta: header.last_offset_delta,
-                }
-                .into());
-            }
-            if header.has_producer_id() {
-                if header.base_sequence < 0 {
-                    return Err(BatchError::InvalidProducerSequence {
-                        producer_id: header.producer_id,
-                        base_sequence: header.base_sequence,
-                    }
-                    .into());
-                }
-                producer_batch = Some(header);
-            }
-            offset_count += header.last_offset_delta as u64 + 1;
-            batch_count += 1;
-        }
-        if producer_batch.is_some() && batch_count > 1 {
-            return Err(BatchError::ProducerBatchNotAlone.into());
-        }
-        let records_bytes = records.len() as u64;
-        if records_bytes > config.segment_bytes_max || offset_count > u64::from(u32::MAX) {
-            return Err(BatchError::RecordsTooLarge {
-                records_bytes: records.len(),
-                segment_bytes_max: config.segment_bytes_max,
-            }
-            .into());
-        }
-
-        let mut state = inner.state.borrow_mut();
-        state.check_writable(&inner.dir)?;
-        // Checked here, under the same borrow that assigns the offsets below: no other append
-        // can come between the check and the append.
-        if let Some(batch) = &producer_batch {
-            if let Verdict::Duplicate {
-                base_offset,
-                last_offset,
-            } = state.producers.check(batch)?
-            {
-                return Ok(AppendInfo::duplicate(base_offset, last_offset));
-            }
-        }
-        let pending_bytes_max = config.pending_bytes_max();
-        if state.queue.pending_bytes > 0
-            && state.queue.pending_bytes + records.len() > pending_bytes_max
-        {
-            return Err(StorageError::WriteBufferFull {
-                pending_bytes: state.queue.pending_bytes,
-                pending_bytes_max,
-            }
-            .into());
-        }
-        let log_end_offset = state.log_end_offset;
-        let active = state.active();
-        let too_big = active.size_bytes + records_bytes > config.segment_bytes_max;
-        let too_old = active
-            .roll_base_ms
-            .is_some_and(|base_ms| now_ms.saturating_sub(base_ms) > config.segment_ms_max as i64);
-        let relative_end = log_end_offset + offset_count as i64 - 1 - active.base_offset;
-        let offsets_overflow = relative_end > i64::from(u32::MAX);
-        if active.size_bytes > 0 && (too_big || too_old || offsets_overflow) {
-            roll(&mut state, log_end_offset);
-        }
-        let active = state.active_mut();
-        if active.roll_base_ms.is_none() {
-            active.roll_base_ms = Some(now_ms);
-        }
-
-        let mut info = AppendInfo {
-            base_offset: log_end_offset,
-            last_offset: log_end_offset,
-            max_timestamp: -1,
-            offset_of_max_timestamp: log_end_offset,
-            batch_count,
-            bytes: records.len(),
-            duplicate: false,
-        };
-        let mut next_offset = log_end_offset;
-        let position = state.active().size_bytes;
-        state.reserve(config, position, records.len());
-        for item in BatchIter::checked(records) {
-            // Validated above; the second pass re-parses headers only to avoid a Vec per call.
-            let (mut header, range) = item.expect("validated in the first pass");
-            header.base_offset = next_offset;
-            header.partition_leader_epoch = leader_epoch;
-            let mut head = [0u8; BATCH_HEADER_BYTES];
-            head.copy_from_slice(&records[range.start..range.start + BATCH_HEADER_BYTES]);
-            head[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&next_offset.to_be_bytes());
-            head[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
-            let position = state.active().size_bytes;
-            state
-                .active_mut()
-                .on_batch(&header, position, config.index_interval_bytes);
-            if header.has_producer_id() {
-                state.producers.record(&header, now_ms);
-            }
-            state.push_bytes(config, position, &head);
-            let body = &records[range.start + BATCH_HEADER_BYTES..range.end];
-            state.push_bytes(config, position + BATCH_HEADER_BYTES as u64, body);
-            if header.max_timestamp > info.max_timestamp {
-                info.max_timestamp = header.max_timestamp;
-                info.offset_of_max_timestamp = header.base_offset;
-            }
-            info.last_offset = header.last_offset();
-            next_offset = header.last_offset() + 1;
-            state.queue.set_batches_end(next_offset);
-        }
-        state.log_end_offset = next_offset;
-        drop(state);
-        inner.signals.writer.notify();
-        Ok(info)
-    }
     pub fn log_start_offset(&self) -> i64 {
         self.inner.state.borrow().log_start_offset
     }
@@ -713,6 +589,7 @@ impl Log {
             }
         };
         inner.write_snapshot(snapshot).await?;
+        inner.persist_epochs().await?;
         let checkpoint = CleanShutdown {
             log_end_offset,
             active_base_offset: base_offset,

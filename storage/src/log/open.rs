@@ -13,7 +13,8 @@ use std::rc::Rc;
 
 use super::write_queue::WriteQueue;
 use super::{
-    producer_snapshots, writer, DiskReads, DiskWrites, Inner, Log, LogConfig, Signals, State,
+    epochs, producer_snapshots, writer, DiskReads, DiskWrites, Inner, Log, LogConfig, Signals,
+    State,
 };
 use crate::cache::BatchCache;
 use crate::error::StorageError;
@@ -52,9 +53,20 @@ impl Log {
                 .map_err(|e| StorageError::io("remove", &checkpoint_path, e))?;
             sync_dir(&dir).await?;
         }
-        let segments = open_segments(&dir, &config, &bases, clean_shutdown).await?;
+        let loaded_epochs = epochs::load_checkpoint(&dir).await?;
+        let (segments, scanned_epochs) =
+            open_segments(&dir, &config, &bases, clean_shutdown).await?;
         let log_start_offset = segments[0].base_offset;
         let log_end_offset = segments.last().map_or(log_start_offset, |s| s.next_offset);
+        // A checkpoint may describe batches a crash took back, or segments retention deleted;
+        // batches recovery scanned may carry epochs it never saw.
+        let rebuild_epochs = loaded_epochs.is_none();
+        let mut epochs = loaded_epochs.unwrap_or_default();
+        let mut epochs_changed = epochs.truncate_from_end(log_end_offset);
+        epochs_changed |= epochs.truncate_from_start(log_start_offset);
+        for (epoch, start_offset) in scanned_epochs {
+            epochs_changed |= epochs.assign(epoch, start_offset);
+        }
         let state = State {
             segments,
             log_start_offset,
@@ -71,9 +83,14 @@ impl Log {
             closed_cleanly: false,
             read_ahead: None,
             producers: ProducerTable::default(),
+            epochs,
+            epochs_version: u64::from(epochs_changed),
+            truncating: false,
+            truncations: 0,
         };
         let signals = Rc::new(Signals::default());
         let inner = Rc::new(Inner {
+            epoch_checkpoint: epochs::EpochCheckpoint::new(&dir),
             dir,
             log_id: cache.register_log(),
             config,
@@ -89,6 +106,10 @@ impl Log {
         let log = Log { inner };
         log.load_producers(snapshots, producer_snapshots::wall_clock_ms())
             .await?;
+        if rebuild_epochs {
+            log.rebuild_epochs().await?;
+        }
+        log.inner.persist_epochs().await?;
         Ok(log)
     }
 }
@@ -163,14 +184,15 @@ async fn open_segments(
     config: &LogConfig,
     bases: &[i64],
     clean_shutdown: Option<CleanShutdown>,
-) -> Result<Vec<Segment>, StorageError> {
+) -> Result<(Vec<Segment>, Vec<(i32, i64)>), StorageError> {
     let mut segments = Vec::with_capacity(bases.len().max(1));
+    let mut epoch_starts = Vec::new();
     if bases.is_empty() {
         let path = segment_path(dir, 0, LOG_SUFFIX);
         let file = Rc::new(SegmentFile::open(&path, config.io_mode).await?);
         sync_dir(dir).await?;
         segments.push(Segment::new(0, Some(file)));
-        return Ok(segments);
+        return Ok((segments, epoch_starts));
     }
     for (slot, &base_offset) in bases.iter().enumerate() {
         let is_active = slot + 1 == bases.len();
@@ -201,6 +223,7 @@ async fn open_segments(
             segment = Segment::new(base_offset, Some(file.clone()));
             let outcome =
                 scan_segment(&file, file_bytes, &mut segment, config.index_interval_bytes).await?;
+            epoch_starts.extend(outcome.epoch_starts.iter().copied());
             if outcome.valid_bytes < file_bytes {
                 tracing::warn!(
                     path = %path.display(),
@@ -234,12 +257,23 @@ async fn open_segments(
         let active = segments
             .last_mut()
             .expect("at least one segment was opened");
-        let block_position = align_down(active.size_bytes);
-        let tail_bytes = (active.size_bytes - block_position) as usize;
-        if tail_bytes > 0 {
-            let file = active.file.clone().expect("opened segments have files");
-            active.tail_block = file.read_exact(block_position, tail_bytes).await?.to_vec();
-        }
+        load_tail_block(active).await?;
     }
-    Ok(segments)
+    Ok((segments, epoch_starts))
+}
+
+/// Direct mode: reads the partial last block of a segment about to be appended to, which its
+/// next write rewrites (`Segment::tail_block`).
+pub(super) async fn load_tail_block(segment: &mut Segment) -> Result<(), StorageError> {
+    let block_position = align_down(segment.size_bytes);
+    let tail_bytes = (segment.size_bytes - block_position) as usize;
+    segment.tail_block.clear();
+    if tail_bytes > 0 {
+        let file = segment
+            .file
+            .clone()
+            .expect("a segment with bytes has a file");
+        segment.tail_block = file.read_exact(block_position, tail_bytes).await?.to_vec();
+    }
+    Ok(())
 }

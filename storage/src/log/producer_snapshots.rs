@@ -8,7 +8,6 @@
 //! (they were checked when appended).
 
 use super::open::remove_file_if_present;
-use super::read::SegmentReader;
 use super::write_queue::Snapshot;
 use super::{Inner, Log};
 use crate::error::StorageError;
@@ -123,29 +122,12 @@ impl Log {
         table: &mut ProducerTable,
         now_ms: i64,
     ) -> Result<(), StorageError> {
-        let inner = &*self.inner;
-        let starts: Vec<(i64, u64)> = {
-            let state = inner.state.borrow();
-            state
-                .segments
-                .iter()
-                .filter(|segment| segment.next_offset > from)
-                .map(|segment| (segment.base_offset, u64::from(segment.index.lookup(from))))
-                .collect()
-        };
-        let mut reader = SegmentReader::new(PRODUCER_REPLAY_WINDOW_BYTES);
-        for (segment_base_offset, mut position) in starts {
-            while let Some(header) = reader
-                .header_at(inner, segment_base_offset, position)
-                .await?
-            {
-                if header.base_offset >= from && header.has_producer_id() {
-                    table.record(&header, now_ms);
-                }
-                position += header.total_bytes() as u64;
+        self.for_each_header(from, PRODUCER_REPLAY_WINDOW_BYTES, |header| {
+            if header.has_producer_id() {
+                table.record(header, now_ms);
             }
-        }
-        Ok(())
+        })
+        .await
     }
 
     /// Forgets the idempotent producers that appended nothing for `producer.id.expiration.ms`

@@ -330,7 +330,26 @@ impl Log {
         max_bytes: usize,
         end_offset: i64,
     ) -> Result<ReadResult, ReadError> {
-        let result = self.read_batches(offset, max_bytes, end_offset).await;
+        let result = loop {
+            let before = self.truncations();
+            let result = self.read_batches(offset, max_bytes, end_offset).await;
+            let raced = matches!(
+                result,
+                Err(ReadError::Storage(
+                    StorageError::Closed { .. } | StorageError::CorruptFile { .. }
+                ))
+            ) && (before.1 || self.truncations() != before);
+            if !raced {
+                break result;
+            }
+            // A truncation moved the segments under the read: read again once it is done.
+            let inner = &*self.inner;
+            inner
+                .signals
+                .progress
+                .wait_until(|| !inner.state.borrow().truncating || inner.signals.shutdown.get())
+                .await;
+        };
         if let Err(ReadError::Storage(StorageError::Closed { .. })) = result {
             // Retention deleted the segment while the read was under way.
             let state = self.inner.state.borrow();
@@ -343,6 +362,12 @@ impl Log {
             }
         }
         result
+    }
+
+    /// Truncations done so far, and whether one is under way.
+    fn truncations(&self) -> (u64, bool) {
+        let state = self.inner.state.borrow();
+        (state.truncations, state.truncating)
     }
 
     async fn read_batches(
@@ -436,6 +461,39 @@ impl Log {
         })
     }
 
+    /// Calls `each` with the header of every batch at or after `from`, in offset order,
+    /// reading the segments in windows of `window_bytes`.
+    pub(super) async fn for_each_header(
+        &self,
+        from: i64,
+        window_bytes: usize,
+        mut each: impl FnMut(&BatchHeader),
+    ) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        let starts: Vec<(i64, u64)> = {
+            let state = inner.state.borrow();
+            state
+                .segments
+                .iter()
+                .filter(|segment| segment.next_offset > from)
+                .map(|segment| (segment.base_offset, u64::from(segment.index.lookup(from))))
+                .collect()
+        };
+        let mut reader = SegmentReader::new(window_bytes);
+        for (segment_base_offset, mut position) in starts {
+            while let Some(header) = reader
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                if header.base_offset >= from {
+                    each(&header);
+                }
+                position += header.total_bytes() as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// Direct mode has no page cache to read ahead for a sequential reader, so the log does:
     /// it starts reading the window the reader's next read will ask for (from the index
     /// entry at or before `next_offset`), or the part of it the cache does not hold, and
@@ -446,7 +504,11 @@ impl Log {
         let inner = &*self.inner;
         let (file, ahead) = {
             let mut state = inner.state.borrow_mut();
-            if state.read_ahead.is_some() || state.failed.is_some() || state.closed {
+            if state.read_ahead.is_some()
+                || state.failed.is_some()
+                || state.closed
+                || state.truncating
+            {
                 return;
             }
             let Some(slot) = state.segment_slot(segment_base_offset) else {

@@ -52,6 +52,10 @@ impl Log {
         let inner = &*self.inner;
         let (keep_from, roll_active) = {
             let state = inner.state.borrow();
+            if state.truncating {
+                // The next round applies it.
+                return Ok(Deleted::default());
+            }
             state.check_writable(&inner.dir)?;
             let ages: Vec<SegmentAge> = state
                 .segments
@@ -81,6 +85,9 @@ impl Log {
         let (deleted, bases) = {
             let mut state = inner.state.borrow_mut();
             let state = &mut *state;
+            if state.truncating {
+                return Ok(Deleted::default());
+            }
             let queue = &state.queue;
             let count = state
                 .segments
@@ -95,6 +102,9 @@ impl Log {
             }
             let removed: Vec<Segment> = state.segments.drain(..count).collect();
             state.log_start_offset = state.log_start_offset.max(state.segments[0].base_offset);
+            if state.epochs.truncate_from_start(state.log_start_offset) {
+                state.epochs_changed();
+            }
             let deleted = Deleted {
                 segments: count,
                 bytes: removed.iter().map(|s| s.size_bytes).sum(),
@@ -129,6 +139,7 @@ impl Log {
             })
             .await?;
         inner.spares.borrow_mut().extend(spares);
+        inner.persist_epochs().await?;
         Ok(deleted)
     }
 }

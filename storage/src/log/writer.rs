@@ -181,6 +181,9 @@ impl Inner {
             time_index_bytes,
         )
         .await?;
+        // Before the next segment gets a file: after a crash, only the active segment can
+        // hold epochs the checkpoint lacks (recovery scans it).
+        self.persist_epochs().await?;
         self.write_snapshot(snapshot).await
     }
 }
@@ -262,7 +265,7 @@ impl Log {
                 if state.queue.ops_synced >= target {
                     return Ok(());
                 }
-                if state.sync_in_flight || state.queue.ops_done < target {
+                if state.sync_in_flight || state.truncating || state.queue.ops_done < target {
                     None
                 } else {
                     state.sync_in_flight = true;
@@ -278,7 +281,9 @@ impl Log {
                         let state = inner.state.borrow();
                         state.failed.is_some()
                             || state.queue.ops_synced >= target
-                            || (!state.sync_in_flight && state.queue.ops_done >= target)
+                            || (!state.sync_in_flight
+                                && !state.truncating
+                                && state.queue.ops_done >= target)
                             || inner.signals.shutdown.get()
                     })
                     .await;
