@@ -4,7 +4,7 @@
 //! high watermarks, [`OffsetCheckpoint`]) and `leader-epoch-checkpoint` (per partition,
 //! `epoch start_offset` lines, `crate::leader_epoch`).
 //!
-//! Invariants: a file is written whole to `<name>.tmp`, fdatasynced, renamed over `<name>`
+//! Invariants: a file is written whole to `<name>.<n>.tmp`, fdatasynced, renamed over `<name>`
 //! and the directory fsynced, so a crash leaves the old file or the new one, never a mix; a
 //! file is accepted only if its version is 0, its count matches the entry lines exactly and
 //! every field parses (a torn or foreign file is refused whole, never half read).
@@ -65,15 +65,29 @@ pub(crate) fn encode_lines(entries: impl ExactSizeIterator<Item = String>) -> Ve
 }
 
 /// Replaces the file at `path` with `bytes` so that a crash leaves either the old file or the
-/// new one: written whole to `<path>.tmp` and fdatasynced, renamed, then the directory fsynced.
+/// new one: written whole to `<path>.<n>.tmp` and fdatasynced, renamed, then the directory
+/// fsynced. `n` is unique in the process, so two writers of one file (a log closed and opened
+/// again while the old one's write is in flight) never share a temporary file.
 pub(crate) async fn write_atomically(path: &Path, bytes: Vec<u8>) -> Result<(), StorageError> {
+    static TMP_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = TMP_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{n}.tmp"));
     let tmp = PathBuf::from(tmp);
     write_small_file(&tmp, bytes).await?;
     std::fs::rename(&tmp, path).map_err(|e| StorageError::io("rename", &tmp, e))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     sync_dir(dir).await
+}
+
+/// A temporary file `write_atomically` left for the checkpoint `name` (a crash before the
+/// rename), to be removed.
+pub(crate) fn is_leftover(file_name: &str, name: &str) -> bool {
+    file_name
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The text of the checkpoint at `path`; `None` if there is none.
@@ -233,10 +247,19 @@ mod tests {
                 .await
                 .expect("write");
             assert_eq!(OffsetCheckpoint::read(&path).await.expect("read"), second);
-            assert!(!dir
-                .path()
-                .join("replication-offset-checkpoint.tmp")
-                .exists());
+            let names: Vec<String> = std::fs::read_dir(dir.path())
+                .expect("read dir")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(
+                names,
+                vec![REPLICATION_OFFSET_CHECKPOINT_FILE],
+                "no temporary file left"
+            );
+            let name = REPLICATION_OFFSET_CHECKPOINT_FILE;
+            assert!(is_leftover("replication-offset-checkpoint.17.tmp", name));
+            assert!(!is_leftover("replication-offset-checkpoint.tmp", name));
+            assert!(!is_leftover(name, name));
             // A torn write of the file itself (the rename makes this impossible for our
             // writes, but a file copied or damaged by hand looks like this) is refused.
             std::fs::write(&path, b"0\n2\na 0 5\n").expect("tear");

@@ -14,6 +14,7 @@ use crate::{
     StorageError, TruncateError,
 };
 
+mod faults;
 mod replication;
 
 /// docs/format.md: the file a clean close leaves.

@@ -64,6 +64,11 @@ impl EpochCheckpoint {
         })
     }
 
+    /// Waits until no write of the file is in flight.
+    pub(super) async fn wait_idle(&self) {
+        let _ = self.lock.acquire_permit(1).await;
+    }
+
     /// Writes the cache version and bytes `encode` returns, unless that version is on disk
     /// already. `encode` runs once the lock is held, so the newest version is what lands;
     /// `None` from it writes nothing.

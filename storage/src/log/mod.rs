@@ -618,6 +618,9 @@ impl Log {
                 state.queue.writes_in_flight == 0 && !state.sync_in_flight
             })
             .await;
+        // A leader-epoch checkpoint write in flight ends before the directory goes; later
+        // ones see the shutdown and write nothing.
+        inner.epoch_checkpoint.wait_idle().await;
         inner.cache.remove_log(inner.log_id);
         std::fs::remove_dir_all(&inner.dir)
             .map_err(|e| StorageError::io("remove dir", &inner.dir, e))

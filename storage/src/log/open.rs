@@ -17,8 +17,10 @@ use super::{
     State,
 };
 use crate::cache::BatchCache;
+use crate::checkpoint::is_leftover;
 use crate::error::StorageError;
 use crate::io::{align_down, sync_dir, IoMode, SegmentFile};
+use crate::leader_epoch::LEADER_EPOCH_CHECKPOINT_FILE;
 use crate::producer_state::ProducerTable;
 use crate::recovery::{
     check_tail, load_indexes, read_clean_shutdown, scan_segment, write_indexes, CleanShutdown,
@@ -133,7 +135,12 @@ fn list_segment_bases(dir: &Path) -> Result<DirListing, StorageError> {
             Some((_, SPARE_SUFFIX)) => spares.push(entry.path()),
             Some((offset, SNAPSHOT_SUFFIX)) => snapshots.push(offset),
             Some((base, _)) => index_bases.push(base),
-            None => {}
+            None => {
+                let name = entry.file_name();
+                if is_leftover(&name.to_string_lossy(), LEADER_EPOCH_CHECKPOINT_FILE) {
+                    remove_file_if_present(&entry.path())?;
+                }
+            }
         }
     }
     bases.sort_unstable();
