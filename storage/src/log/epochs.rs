@@ -13,6 +13,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use super::read::SegmentReader;
 use super::{Inner, Log, State};
 use crate::checkpoint::{read_text, write_atomically};
 use crate::error::StorageError;
@@ -150,15 +151,57 @@ impl Log {
         state.epochs.end_offset_for(epoch, state.log_end_offset)
     }
 
-    /// Rebuilds the cache from the batch headers of every segment.
+    /// Rebuilds the cache from the batch headers. Epochs never decrease along a log, so a
+    /// segment whose first and last batches carry the same epoch adds at most its first batch;
+    /// only a segment where the epoch changes is walked batch by batch. A log written by one
+    /// leader epoch is thus rebuilt from two header reads per segment, not a read of all of it.
     pub(super) async fn rebuild_epochs(&self) -> Result<(), StorageError> {
-        let from = self.log_start_offset();
+        let inner = &*self.inner;
+        let segments: Vec<(i64, u64)> = {
+            let state = inner.state.borrow();
+            state
+                .segments
+                .iter()
+                .filter(|segment| segment.size_bytes > 0)
+                .map(|s| {
+                    (
+                        s.base_offset,
+                        u64::from(s.index.last_position().unwrap_or(0)),
+                    )
+                })
+                .collect()
+        };
         let mut epochs = LeaderEpochCache::default();
-        self.for_each_header(from, EPOCH_REBUILD_WINDOW_BYTES, |header| {
-            epochs.assign(header.partition_leader_epoch, header.base_offset);
-        })
-        .await?;
-        let mut state = self.inner.state.borrow_mut();
+        // Small windows for the two probes of each segment, large ones for a walk.
+        let mut probe = SegmentReader::new(inner.config.index_interval_bytes as usize * 2);
+        let mut reader = SegmentReader::new(EPOCH_REBUILD_WINDOW_BYTES);
+        for (segment_base_offset, last_indexed) in segments {
+            let Some(first) = probe.header_at(inner, segment_base_offset, 0).await? else {
+                continue;
+            };
+            // The last batch: from the last index entry, at most about an index interval on.
+            let (mut position, mut last) = (last_indexed, first);
+            while let Some(header) = probe
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                position += header.total_bytes() as u64;
+                last = header;
+            }
+            epochs.assign(first.partition_leader_epoch, first.base_offset);
+            if last.partition_leader_epoch == first.partition_leader_epoch {
+                continue;
+            }
+            let mut position = first.total_bytes() as u64;
+            while let Some(header) = reader
+                .header_at(inner, segment_base_offset, position)
+                .await?
+            {
+                epochs.assign(header.partition_leader_epoch, header.base_offset);
+                position += header.total_bytes() as u64;
+            }
+        }
+        let mut state = inner.state.borrow_mut();
         state.epochs = epochs;
         state.epochs_changed();
         Ok(())

@@ -196,6 +196,29 @@ fn offsets_for_leader_epoch_and_the_checkpoint_file() {
 }
 
 #[test]
+fn a_missing_checkpoint_is_rebuilt_across_segments() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tmp");
+            // Two batches per segment, epochs [1 1] [1 2] [2 2] [3]: one segment changes
+            // epoch inside, the others do not.
+            let config = small_segments(mode, 2);
+            let (log, _) = leader_with(dir.path(), config.clone(), &[1, 1, 1, 2, 2, 2, 3]).await;
+            assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
+            log.close().await.expect("close");
+            let path = dir.path().join(EPOCH_FILE);
+            let text = std::fs::read_to_string(&path).expect("checkpoint");
+            assert_eq!(text, "0\n3\n1 0\n2 6\n3 12\n");
+            std::fs::remove_file(&path).expect("remove");
+            let log = open(dir.path(), config).await;
+            assert_eq!(std::fs::read_to_string(&path).expect("rebuilt"), text);
+            assert_eq!(log.end_offset_for_epoch(1), Some((1, 6)));
+            assert_eq!(log.end_offset_for_epoch(2), Some((2, 12)));
+        });
+    }
+}
+
+#[test]
 fn epochs_appended_after_the_last_checkpoint_are_recovered_from_the_active_segment() {
     for mode in modes() {
         run(move || async move {
