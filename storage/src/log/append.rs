@@ -95,7 +95,9 @@ impl Log {
     /// keep their base offsets and leader epochs. The first must start at the log end offset
     /// and each next one right after the one before (else `BatchError::UnexpectedBaseOffset`);
     /// sizes, magic and CRC-32C are checked as on the leader's path, and nothing is stored if
-    /// any check fails. The producer state follows the idempotent batches without checking
+    /// any check fails. The checks that are the leader's to make are not repeated: the topic's
+    /// `batch_bytes_max` (it may have changed since) and one offset per record (a compacted
+    /// batch keeps its offset range with fewer records). The producer state follows the idempotent batches without checking
     /// them (the leader did), as Kafka's followers do; an epoch above the latest adds an entry
     /// to the leader-epoch cache. Does not wait for I/O.
     pub fn append_replicated(

@@ -126,3 +126,28 @@ fn a_write_torn_at_any_byte_of_the_last_batch_recovers_to_the_batch_before() {
         }
     }
 }
+
+#[test]
+fn a_truncation_that_fails_part_way_latches_the_log_and_a_reopen_recovers() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tmp");
+            let (log, faults) = faulty_log(dir.path(), mode).await;
+            for _ in 0..3 {
+                log.append(&batch(1, 1_000), 0, 0).expect("append");
+            }
+            log.sync().await.expect("sync");
+            // The fdatasync of the cut segment fails: the files are half done.
+            faults.fail_next_sync();
+            assert!(log.truncate_to(2).await.is_err(), "{mode:?}");
+            assert!(matches!(
+                log.append(&batch(1, 1_000), 0, 0),
+                Err(AppendError::Storage(StorageError::Failed { .. }))
+            ));
+            drop(log);
+            let log = open(dir.path(), config(mode)).await;
+            assert_eq!(log.log_end_offset(), 2, "{mode:?}: the cut itself landed");
+            assert_eq!(batch_base_offsets(&read_all(&log, 0).await), vec![0, 1]);
+        });
+    }
+}
