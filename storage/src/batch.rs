@@ -75,6 +75,10 @@ pub enum BatchError {
     /// (Kafka: INVALID_RECORD).
     #[error("an idempotent batch must be the only batch of its partition in a request")]
     ProducerBatchNotAlone,
+    /// A follower's batch does not start where the log (or the batch before it) ends (Kafka:
+    /// UnexpectedAppendOffsetException, OffsetsOutOfOrderException).
+    #[error("record batch at offset {base_offset}, expected {expected}")]
+    UnexpectedBaseOffset { expected: i64, base_offset: i64 },
     /// One append larger than a whole segment (Kafka: RECORD_LIST_TOO_LARGE).
     #[error("{records_bytes} bytes of records exceed segment_bytes_max {segment_bytes_max}")]
     RecordsTooLarge {

@@ -133,8 +133,7 @@ impl BatchCache {
     }
 
     /// Bytes that read-ahead entries hold.
-    #[cfg(test)]
-    pub(crate) fn read_ahead_size_bytes(&self) -> usize {
+    pub fn read_ahead_size_bytes(&self) -> usize {
         self.read_ahead_bytes.get()
     }
 
@@ -229,6 +228,13 @@ impl BatchCache {
     pub(crate) fn remove_segments_before(&self, log_id: u64, base_offset: i64) {
         self.remove_where(|entry| {
             entry.log_id == log_id && entry.segment_base_offset < base_offset
+        });
+    }
+
+    /// Drops a log's entries of segments at or above `base_offset` (cut by a truncation).
+    pub(crate) fn remove_segments_from(&self, log_id: u64, base_offset: i64) {
+        self.remove_where(|entry| {
+            entry.log_id == log_id && entry.segment_base_offset >= base_offset
         });
     }
 

@@ -30,6 +30,10 @@ pub enum StorageError {
     /// The log was closed or deleted.
     #[error("log {path} is closed")]
     Closed { path: PathBuf },
+    /// `Log::truncate_to` is under way; appends are refused until it returns (nothing was
+    /// stored).
+    #[error("log {path} is being truncated")]
+    Truncating { path: PathBuf },
     /// Appends outran the disk: the bytes waiting to be written reached their limit. The caller
     /// should `flush().await` and retry (backpressure, nothing was stored).
     #[error("write buffer full: {pending_bytes} bytes pending, limit {pending_bytes_max}")]
@@ -82,6 +86,28 @@ pub enum ReadError {
         offset: i64,
         log_start_offset: i64,
         log_end_offset: i64,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Failures of `Log::truncate_to`.
+#[derive(thiserror::Error, Debug)]
+pub enum TruncateError {
+    /// The offset is outside `[log_start_offset, log_end_offset]`; nothing changed.
+    #[error("offset {offset} out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    /// The offset is inside the batch `[batch_base_offset, batch_last_offset]` (a log can only
+    /// be cut between batches); nothing changed.
+    #[error("offset {offset} is inside the batch [{batch_base_offset}, {batch_last_offset}]")]
+    NotABatchBoundary {
+        offset: i64,
+        batch_base_offset: i64,
+        batch_last_offset: i64,
     },
     #[error(transparent)]
     Storage(#[from] StorageError),

@@ -44,12 +44,17 @@ enum FileKind {
     Buffered(BufferedFile),
 }
 
-/// One open file of a segment.
+/// One open file of a segment: the seam between the log and the disk. Its backend is the real
+/// glommio file of the log's `IoMode` (an enum: no dynamic dispatch on the write path); in
+/// tests a fault plan (`testing::DiskFaults`) can stand in front of it and fail a write, fail
+/// an fdatasync, or tear a write at a chosen byte.
 pub(crate) struct SegmentFile {
     kind: FileKind,
     path: PathBuf,
     /// The file's size as this handle last set or saw it: blocks up to here are allocated.
     allocated_bytes: Cell<u64>,
+    #[cfg(test)]
+    faults: Option<Rc<testing::DiskFaults>>,
 }
 
 impl SegmentFile {
@@ -78,6 +83,8 @@ impl SegmentFile {
             kind,
             path: path.to_path_buf(),
             allocated_bytes: Cell::new(0),
+            #[cfg(test)]
+            faults: testing::faults_for(path),
         };
         file.allocated_bytes.set(file.size_bytes().await?);
         Ok(file)
@@ -118,6 +125,8 @@ impl SegmentFile {
             ));
         };
         assert!(position % BLOCK_BYTES as u64 == 0 && buf.len() % BLOCK_BYTES == 0);
+        #[cfg(test)]
+        self.before_write(position, buf.as_bytes())?;
         let wanted = buf.len();
         let written = file
             .write_rc_at(buf, position)
@@ -134,12 +143,25 @@ impl SegmentFile {
                 "buffered write to a direct file",
             ));
         };
+        #[cfg(test)]
+        self.before_write(position, &buf)?;
         let wanted = buf.len();
         let written = file
             .write_at(buf, position)
             .await
             .map_err(|e| StorageError::io("write", &self.path, e.into()))?;
         self.check_written(written, wanted)
+    }
+
+    /// Tests: applies the fault plan to a write of `bytes` at `position` (see `DiskFaults`).
+    #[cfg(test)]
+    fn before_write(&self, position: u64, bytes: &[u8]) -> Result<(), StorageError> {
+        match &self.faults {
+            Some(faults) => faults
+                .before_write(&self.path, position, bytes)
+                .map_err(|e| StorageError::io("write", &self.path, e)),
+            None => Ok(()),
+        }
     }
 
     fn check_written(&self, written: usize, wanted: usize) -> Result<(), StorageError> {
@@ -205,6 +227,12 @@ impl SegmentFile {
     }
 
     pub async fn fdatasync(&self) -> Result<(), StorageError> {
+        #[cfg(test)]
+        if let Some(faults) = &self.faults {
+            faults
+                .before_sync()
+                .map_err(|e| StorageError::io("fdatasync", &self.path, e))?;
+        }
         let result = match &self.kind {
             FileKind::Direct(file) => file.fdatasync().await,
             FileKind::Buffered(file) => file.fdatasync().await,
@@ -344,4 +372,101 @@ pub(crate) async fn sync_dir(path: &Path) -> Result<(), StorageError> {
     dir.close()
         .await
         .map_err(|e| StorageError::io("close dir", path, e.into()))
+}
+
+/// A fault plan for the segment files of a directory, for tests through the real `Log` code:
+/// fail the next data write, fail the next fdatasync, or tear the next write that reaches a
+/// chosen file position (the bytes before it land, then the write fails, as a crash mid-write
+/// leaves a file).
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::cell::{Cell, RefCell};
+    use std::os::unix::fs::FileExt;
+    use std::path::{Path, PathBuf};
+    use std::rc::Rc;
+
+    thread_local! {
+        /// Plans by directory; a segment file opened in one of them gets its plan.
+        static PLANS: RefCell<Vec<(PathBuf, Rc<DiskFaults>)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    #[derive(Default)]
+    pub(crate) struct DiskFaults {
+        fail_next_write: Cell<bool>,
+        fail_next_sync: Cell<bool>,
+        /// The next write that covers this position of a file lands only its bytes below it.
+        tear_at: Cell<Option<u64>>,
+        /// Faults injected so far.
+        pub injected: Cell<u32>,
+    }
+
+    impl DiskFaults {
+        pub fn fail_next_write(&self) {
+            self.fail_next_write.set(true);
+        }
+
+        pub fn fail_next_sync(&self) {
+            self.fail_next_sync.set(true);
+        }
+
+        pub fn tear_next_write_at(&self, position: u64) {
+            self.tear_at.set(Some(position));
+        }
+
+        fn injected(&self, what: &str) -> std::io::Error {
+            self.injected.set(self.injected.get() + 1);
+            std::io::Error::other(format!("injected: {what}"))
+        }
+
+        pub(super) fn before_write(
+            &self,
+            path: &Path,
+            position: u64,
+            bytes: &[u8],
+        ) -> std::io::Result<()> {
+            if self.fail_next_write.replace(false) {
+                return Err(self.injected("write failed"));
+            }
+            let end = position + bytes.len() as u64;
+            match self.tear_at.get() {
+                Some(tear) if (position..end).contains(&tear) => {
+                    self.tear_at.set(None);
+                    let landed = &bytes[..(tear - position) as usize];
+                    // Through a separate, ordinary descriptor: the O_DIRECT file takes whole
+                    // blocks only, and a torn write is exactly what it never writes.
+                    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+                    file.write_all_at(landed, position)?;
+                    file.sync_data()?;
+                    Err(self.injected("write torn"))
+                }
+                _ => Ok(()),
+            }
+        }
+
+        pub(super) fn before_sync(&self) -> std::io::Result<()> {
+            if self.fail_next_sync.replace(false) {
+                return Err(self.injected("fdatasync failed"));
+            }
+            Ok(())
+        }
+    }
+
+    /// Installs a fault plan for the segment files opened in `dir` from now on (on this
+    /// thread, that is this executor).
+    pub(crate) fn plan_faults(dir: &Path) -> Rc<DiskFaults> {
+        let faults = Rc::new(DiskFaults::default());
+        let dir = std::path::absolute(dir).expect("absolute dir");
+        PLANS.with(|plans| plans.borrow_mut().push((dir, faults.clone())));
+        faults
+    }
+
+    pub(super) fn faults_for(path: &Path) -> Option<Rc<DiskFaults>> {
+        PLANS.with(|plans| {
+            plans
+                .borrow()
+                .iter()
+                .find(|(dir, _)| path.parent() == Some(dir.as_path()))
+                .map(|(_, faults)| faults.clone())
+        })
+    }
 }

@@ -15,8 +15,12 @@
 //! 00000000000000000000.timeindex  12-byte entries: max timestamp i64 BE | relative offset u32 BE
 //! 00000000000000004096.snapshot   producer state below offset 4096: written at each roll and
 //!                                 by `Log::close`, the newest two kept (crc32fast)
+//! leader-epoch-checkpoint         Kafka's text checkpoint: `0`, count, `epoch start_offset` lines;
+//!                                 rewritten (tmp, fsync, rename, fsync dir) at each change
 //! clean_shutdown.checkpoint       written by `Log::close`, removed by `Log::open` (crc32fast)
 //! ```
+//! and one per log directory: `replication-offset-checkpoint` (`OffsetCheckpoint`, Kafka's text
+//! checkpoint of `topic partition offset` lines: the high watermarks).
 //! Index files are written whole when a segment is sealed (after a roll) or the log closed;
 //! the active segment's indexes live in memory and are rebuilt from the `.log` after a crash.
 //!
@@ -28,15 +32,22 @@
 //! retried batch is answered with its original offsets (`AppendInfo::duplicate`) and never
 //! stored twice; the state is rebuilt on open from the newest snapshot and the batches after it.
 //!
+//! Followers: `Log::append_replicated` stores a leader's batches as they are (offsets and epochs
+//! kept, contiguity and CRCs checked); `Log::truncate_to` cuts the log durably at a batch
+//! boundary; `Log::end_offset_for_epoch` answers OffsetsForLeaderEpoch from the leader-epoch
+//! cache.
+//!
 //! For callers: `Log::append` never waits for the disk; when appends outrun it by more than
 //! eight write buffers it refuses with `StorageError::WriteBufferFull` (nothing stored): await
 //! `Log::wait_for_room` and retry. `Log::sync` is the acks=all barrier (group commit).
 
 pub mod batch;
 mod cache;
+mod checkpoint;
 mod error;
 mod index;
 mod io;
+mod leader_epoch;
 mod log;
 mod producer_state;
 mod recovery;
@@ -44,9 +55,17 @@ mod retention;
 mod segment;
 mod time_index;
 
+#[cfg(test)]
+mod log_tests;
+
 pub use crate::cache::BatchCache;
-pub use crate::error::{AppendError, ReadError, StorageError};
+pub use crate::checkpoint::{
+    OffsetCheckpoint, PartitionOffset, REPLICATION_OFFSET_CHECKPOINT_FILE,
+};
+pub use crate::error::{AppendError, ReadError, StorageError, TruncateError};
 pub use crate::io::IoMode;
-pub use crate::log::{AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult};
+pub use crate::log::{
+    AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult, WriteProgress,
+};
 pub use crate::producer_state::{ProducerError, BATCHES_PER_PRODUCER_MAX};
 pub use crate::retention::Retention;

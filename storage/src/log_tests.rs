@@ -1,11 +1,42 @@
-//! Unit tests of the partition log, each run in both I/O modes inside a glommio executor with a
-//! small io memory, on a temporary directory.
+//! Tests of the partition log through its public surface (`Log` and the crate's re-exports,
+//! plus the files it keeps, as docs/format.md describes them), each run in both I/O modes
+//! inside a glommio executor with a small io memory, on a temporary directory.
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::path::Path;
 use std::rc::Rc;
 
-use super::*;
 use crate::batch::test_batches::{batch_base_offsets, encode_batch, BatchSpec};
+use crate::batch::{BatchError, BatchIter};
+use crate::{
+    AppendError, AppendInfo, BatchCache, Deleted, IoMode, Log, LogConfig, ReadError, Retention,
+    StorageError, TruncateError,
+};
+
+mod faults;
+mod replication;
+
+/// docs/format.md: the file a clean close leaves.
+const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown.checkpoint";
+/// docs/format.md: segment files are allocated ahead in steps of 32 MiB.
+const ALLOCATION_STEP_BYTES: u64 = 32 << 20;
+/// docs/format.md: the newest two producer snapshots are kept.
+const SNAPSHOTS_KEPT: usize = 2;
+/// docs/format.md: direct mode writes 4096-byte blocks.
+const BLOCK_BYTES: usize = 4096;
+const LOG_SUFFIX: &str = "log";
+const INDEX_SUFFIX: &str = "index";
+const TIME_INDEX_SUFFIX: &str = "timeindex";
+const SPARE_SUFFIX: &str = "spare";
+const SNAPSHOT_SUFFIX: &str = "snapshot";
+
+/// Wall-clock time in milliseconds since the epoch.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
 
 fn run<F: Future<Output = ()> + 'static>(test: impl FnOnce() -> F + Send + 'static) {
     glommio::LocalExecutorBuilder::default()
@@ -254,7 +285,7 @@ fn segments_roll_by_age() {
         let log = open(dir.path(), config).await;
         log.append(&batch(1, 1_000), 0, 10_000).expect("append");
         log.append(&batch(1, 1_000), 0, 10_900).expect("append");
-        assert_eq!(log.inner.state.borrow().segments.len(), 1);
+        assert_eq!(log.segment_base_offsets().len(), 1);
         log.append(&batch(1, 1_000), 0, 11_001).expect("append");
         assert_eq!(segment_bases(&log), vec![0, 2]);
         assert_eq!(batch_base_offsets(&read_all(&log, 0).await), vec![0, 1, 2]);
@@ -654,8 +685,8 @@ fn concurrent_syncs_share_fdatasyncs() {
             }
             offsets.sort_unstable();
             assert_eq!(offsets, (0..16).collect::<Vec<i64>>());
-            let state = log.inner.state.borrow();
-            assert_eq!(state.ops_synced, state.ops_enqueued);
+            let progress = log.write_progress();
+            assert_eq!(progress.ops_synced, progress.ops_enqueued);
         });
     }
 }
@@ -712,7 +743,10 @@ fn a_read_from_disk_is_one_read_and_direct_mode_reads_ahead() {
             }
             log.close().await.expect("close");
             // Reopened with an empty cache, so every read goes to the file.
-            let log = open(dir.path(), config(mode)).await;
+            let cache = Rc::new(BatchCache::new(8 << 20));
+            let log = Log::open(dir.path().to_path_buf(), config(mode), cache.clone())
+                .await
+                .expect("open");
             let (mut offset, mut reads, mut bytes) = (0, 0, 0);
             while offset < log.log_end_offset() {
                 let result = log.read(offset, 1 << 20).await.expect("read");
@@ -741,9 +775,9 @@ fn a_read_from_disk_is_one_read_and_direct_mode_reads_ahead() {
             let window_bytes = (1 << 20) + 2 * 4096 + 2 * BLOCK_BYTES as u64;
             // Read-aheads behind the reader were dropped: at most the last two windows stay.
             assert!(
-                log.inner.cache.read_ahead_size_bytes() as u64 <= 2 * window_bytes,
+                cache.read_ahead_size_bytes() as u64 <= 2 * window_bytes,
                 "{mode:?}: {} bytes of read-ahead left",
-                log.inner.cache.read_ahead_size_bytes()
+                cache.read_ahead_size_bytes()
             );
             assert!(
                 log.disk_reads().bytes <= reads * window_bytes,
@@ -759,15 +793,18 @@ fn a_read_from_disk_is_one_read_and_direct_mode_reads_ahead() {
 fn failed_write_latches_the_log() {
     run(|| async move {
         let dir = tempfile::tempdir().expect("tempdir");
-        let log = open(dir.path(), config(IoMode::Buffered)).await;
+        let one_batch_segments = LogConfig {
+            segment_bytes_max: batch(1, 1_000).len() as u64,
+            ..config(IoMode::Buffered)
+        };
+        let log = open(dir.path(), one_batch_segments).await;
         log.append(&batch(1, 1_000), 0, 0).expect("append");
         log.sync().await.expect("sync");
-        // Simulate an I/O failure the way the writer reports one.
-        log.inner.latch(&StorageError::io(
-            "write",
-            dir.path(),
-            std::io::Error::other("EIO"),
-        ));
+        // A real I/O failure: with the directory gone, sealing the rolled segment cannot
+        // create its index files.
+        std::fs::remove_dir_all(dir.path()).expect("remove the directory");
+        log.append(&batch(1, 1_000), 0, 0).expect("append");
+        assert!(matches!(log.sync().await, Err(StorageError::Failed { .. })));
         assert!(matches!(
             log.append(&batch(1, 1_000), 0, 0),
             Err(AppendError::Storage(StorageError::Failed { .. }))
@@ -879,7 +916,7 @@ fn tailing_reader_sees_exactly_what_was_appended() {
             }
             producer.await;
             assert_same(&seen, &expected.borrow(), mode);
-            assert!(log.inner.state.borrow().segments.len() > 3, "rolled");
+            assert!(log.segment_base_offsets().len() > 3, "rolled");
             log.close().await.expect("close");
             let log = open(dir.path(), config).await;
             assert_same(&read_all(&log, 0).await, &expected.borrow(), mode);
@@ -899,7 +936,7 @@ fn appends_coalesce_into_few_aligned_writes() {
             for _ in 0..2_000 {
                 log.append(&records, 0, 0).expect("append");
             }
-            let ops = log.inner.state.borrow().ops_enqueued;
+            let ops = log.write_progress().ops_enqueued;
             assert!(
                 ops <= 8,
                 "{mode:?}: {ops} writes for {} bytes",
@@ -933,9 +970,9 @@ fn an_append_that_fits_a_chunk_is_one_write() {
             let request = encode_batch(&spec);
             assert!(request.len() > 60_000);
             for i in 0..10 {
-                let before = log.inner.state.borrow().ops_enqueued;
+                let before = log.write_progress().ops_enqueued;
                 log.append(&request, 0, 0).expect("append");
-                let ops = log.inner.state.borrow().ops_enqueued - before;
+                let ops = log.write_progress().ops_enqueued - before;
                 assert_eq!(ops, 1, "{mode:?}: append {i} took {ops} writes");
                 log.sync().await.expect("sync");
             }
@@ -1036,8 +1073,8 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
             // poll may miss the whole flight; then there is nothing left to cancel).
             loop {
                 let started = {
-                    let state = log.inner.state.borrow();
-                    state.sync_in_flight || state.ops_synced > 0
+                    let progress = log.write_progress();
+                    progress.sync_in_flight || progress.ops_synced > 0
                 };
                 if started {
                     break;
@@ -1047,14 +1084,14 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
             }
             // Cancel while the fdatasync is in flight (None: the future was dropped unfinished).
             if syncing.cancel().await.is_none() {
-                let state = log.inner.state.borrow();
-                assert!(!state.sync_in_flight, "slot freed");
-                assert_eq!(state.dirty_files.len(), 1, "file handed back");
-                assert_eq!(state.ops_synced, 0);
+                let progress = log.write_progress();
+                assert!(!progress.sync_in_flight, "slot freed");
+                assert_eq!(progress.files_to_sync, 1, "file handed back");
+                assert_eq!(progress.ops_synced, 0);
             }
             log.sync().await.expect("sync after a cancelled one");
-            let state = log.inner.state.borrow();
-            assert_eq!(state.ops_synced, state.ops_enqueued);
+            let progress = log.write_progress();
+            assert_eq!(progress.ops_synced, progress.ops_enqueued);
         });
     }
 }
@@ -1084,8 +1121,7 @@ fn pathdiff(target: &std::path::Path, base: &std::path::Path) -> Option<std::pat
 }
 
 fn segment_bases(log: &Log) -> Vec<i64> {
-    let state = log.inner.state.borrow();
-    state.segments.iter().map(|s| s.base_offset).collect()
+    log.segment_base_offsets()
 }
 
 /// Names of the files in `dir` with `suffix`, sorted.
@@ -1093,7 +1129,12 @@ fn files_with(dir: &Path, suffix: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("read dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|name| parse_segment_file_name(name).is_some_and(|(_, s)| s == suffix))
+        .filter(|name| {
+            // docs/format.md: the offset in 20 decimal digits, a dot, the suffix.
+            name.split_once('.').is_some_and(|(digits, s)| {
+                s == suffix && digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())
+            })
+        })
         .collect();
     names.sort();
     names
@@ -1316,11 +1357,21 @@ fn deleted_segment_files_are_reused_by_new_segments() {
                 batch_base_offsets(&read_all(&log, 12).await),
                 vec![12, 14, 16]
             );
-            // Reopening finds the remaining spare; closing cuts the reused file to its size.
-            assert_eq!(log.inner.spares.borrow().len(), 1);
+            // Closing cuts the reused file to its size.
+            let remaining = dir.path().join("00000000000000000000.spare");
+            let remaining_inode = inode(&remaining);
             log.close().await.expect("close");
             let batch_bytes = batch(2, 1_000).len() as u64;
             assert_eq!(std::fs::metadata(&reused).expect("stat").len(), batch_bytes);
+            // Reopening finds the remaining spare: the next new segment is that file.
+            let log = open(dir.path(), config).await;
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+            log.append(&batch(2, 1_000), 0, 0).expect("append");
+            log.flush().await.expect("flush");
+            assert_eq!(segment_bases(&log), vec![12, 16, 20]);
+            let new_segment = dir.path().join("00000000000000000020.log");
+            assert_eq!(inode(&new_segment), remaining_inode);
+            assert!(files_with(dir.path(), SPARE_SUFFIX).is_empty());
         });
     }
 }
@@ -1341,9 +1392,13 @@ fn read_ahead_uses_at_most_half_the_cache() {
         log.close().await.expect("close");
         // A 1 MiB cache: a window of 1 MiB is more than the half read-aheads may take.
         let cache = Rc::new(BatchCache::new(1 << 20));
-        let log = Log::open(dir.path().to_path_buf(), config(IoMode::Direct), cache)
-            .await
-            .expect("open");
+        let log = Log::open(
+            dir.path().to_path_buf(),
+            config(IoMode::Direct),
+            cache.clone(),
+        )
+        .await
+        .expect("open");
         let all = read_all(&log, 0).await;
         assert_eq!(batch_base_offsets(&all).len(), 40);
         assert_eq!(log.disk_reads().ahead, 0);
@@ -1354,7 +1409,7 @@ fn read_ahead_uses_at_most_half_the_cache() {
             offset = batch_base_offsets(&result.records).last().expect("a batch") + 600;
         }
         assert!(log.disk_reads().ahead > 0, "{:?}", log.disk_reads());
-        assert!(log.inner.cache.read_ahead_size_bytes() <= 512 << 10);
+        assert!(cache.read_ahead_size_bytes() <= 512 << 10);
     });
 }
 
@@ -1400,10 +1455,10 @@ fn group_commit_shares_fdatasyncs_and_never_answers_with_one_begun_before_the_wr
                 };
                 // Until its sync is in flight; a disk that syncs faster than this loop looks
                 // leaves this round without an overlap.
-                while !log.inner.state.borrow().sync_in_flight && !first_done.get() {
+                while !log.write_progress().sync_in_flight && !first_done.get() {
                     glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
                 }
-                let during_sync = log.inner.state.borrow().sync_in_flight;
+                let during_sync = log.write_progress().sync_in_flight;
                 let info = log.append(&batch(1, 1_000), 0, 0).expect("append");
                 log.sync().await.expect("sync");
                 assert!(

@@ -103,6 +103,9 @@ pub(crate) async fn write_clean_shutdown(
 pub(crate) struct ScanOutcome {
     pub valid_bytes: u64,
     pub stop_reason: Option<String>,
+    /// Each batch whose leader epoch is above every epoch before it in the scan, as
+    /// `(epoch, base_offset)`: what the scanned batches add to a leader-epoch cache.
+    pub epoch_starts: Vec<(i32, i64)>,
 }
 
 /// Rebuilds `segment` (which must be fresh) from its `.log`: reads `[0, file_bytes)` batch by
@@ -156,6 +159,7 @@ async fn scan_batches(
     let mut window_position = start_position;
     let mut position = start_position;
     let mut stop_reason = None;
+    let mut epoch_starts: Vec<(i32, i64)> = Vec::new();
     while position < file_bytes {
         let remaining_bytes = file_bytes - position;
         let window_end = window_position + window.len() as u64;
@@ -205,6 +209,12 @@ async fn scan_batches(
             break;
         }
         segment.on_batch(&header, position, index_interval_bytes);
+        if epoch_starts
+            .last()
+            .is_none_or(|&(epoch, _)| header.partition_leader_epoch > epoch)
+        {
+            epoch_starts.push((header.partition_leader_epoch, header.base_offset));
+        }
         position += total_bytes;
     }
     segment.size_bytes = position;
@@ -212,6 +222,7 @@ async fn scan_batches(
     Ok(ScanOutcome {
         valid_bytes: position,
         stop_reason,
+        epoch_starts,
     })
 }
 
