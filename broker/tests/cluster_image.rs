@@ -144,6 +144,38 @@ fn list_offsets(client: &mut Client, topic: &str, current_leader_epoch: i32) -> 
     (partition.error_code, partition.leader_epoch)
 }
 
+/// (error code, leader epoch, end offset) of OffsetsForLeaderEpoch v4 for partition 0.
+fn end_offset(
+    client: &mut Client,
+    topic: &str,
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+) -> (i16, i32, i64) {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::OffsetForLeaderEpochRequest;
+    let request = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(current_leader_epoch)
+                .with_leader_epoch(leader_epoch)])]);
+    let ResponseKind::OffsetForLeaderEpoch(answer) =
+        client.call(4, RequestKind::OffsetForLeaderEpoch(request))
+    else {
+        unreachable!()
+    };
+    let partition = &answer.topics[0].partitions[0];
+    (
+        partition.error_code,
+        partition.leader_epoch,
+        partition.end_offset,
+    )
+}
+
 #[test]
 fn a_node_answers_from_the_cluster_image() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -262,6 +294,31 @@ fn a_node_answers_from_the_cluster_image() {
         code(ResponseError::NotLeaderOrFollower)
     );
     assert_eq!(list_offsets(&mut client, "led", 3), (0, 3));
+
+    // OffsetsForLeaderEpoch: from the leader-epoch checkpoint of the partition this node leads.
+    assert_eq!(
+        end_offset(&mut client, "led", -1, 3),
+        (0, 3, 1),
+        "the latest epoch: the log end"
+    );
+    assert_eq!(
+        end_offset(&mut client, "led", 3, 2),
+        (0, 2, 0),
+        "below every epoch"
+    );
+    assert_eq!(
+        end_offset(&mut client, "led", 3, 4),
+        (0, -1, -1),
+        "above the latest"
+    );
+    assert_eq!(
+        end_offset(&mut client, "led", 2, 3).0,
+        code(ResponseError::FencedLeaderEpoch)
+    );
+    assert_eq!(
+        end_offset(&mut client, "followed", 5, 5).0,
+        code(ResponseError::NotLeaderOrFollower)
+    );
 
     // FindCoordinator: the leader of the group's offsets partition.
     let request = FindCoordinatorRequest::default()

@@ -23,6 +23,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 
@@ -60,6 +61,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::DeleteGroups, 0, 2),
         (ApiKey::OffsetDelete, 0, 0),
         (ApiKey::InitProducerId, 0, 5),
+        (ApiKey::OffsetForLeaderEpoch, 2, 4),
     ])
 }
 
@@ -131,6 +133,9 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::DeleteGroups(body) => respond(delete_groups::handle(&shard, body).await),
         RequestKind::OffsetDelete(body) => respond(offset_delete::handle(&shard, body).await),
         RequestKind::InitProducerId(body) => respond(init_producer_id::handle(&shard, body).await),
+        RequestKind::OffsetForLeaderEpoch(body) => {
+            respond(offset_for_leader_epoch::handle(&shard, body).await)
+        }
         other => {
             // `net` admits only announced APIs, so this is a programmer error;
             // close the connection rather than answer wrongly.

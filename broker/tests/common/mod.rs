@@ -252,6 +252,7 @@ fn api_key_of(request: &RequestKind) -> ApiKey {
         RequestKind::DeleteGroups(_) => ApiKey::DeleteGroups,
         RequestKind::OffsetDelete(_) => ApiKey::OffsetDelete,
         RequestKind::InitProducerId(_) => ApiKey::InitProducerId,
+        RequestKind::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
         other => panic!("the harness does not send {other:?}"),
     }
 }
