@@ -1,0 +1,158 @@
+//! Topic administration and producer ids: CreateTopics, DeleteTopics, CreatePartitions and
+//! InitProducerId, sent to any broker (the controller's work is the broker's business).
+//!
+//! Invariants:
+//! - Every call checks the per-topic error of its answer and fails with Kafka's error name
+//!   and the broker's message ([`crate::error::KafkaError`]), so callers can match codes.
+//! - Requests are built for the negotiated version: fields a version lacks stay at their
+//!   defaults, and what changed shape (DeleteTopics v6 names topics in `topics`) is chosen by
+//!   version.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::cluster::{topic_name, Cluster, PartitionLeader};
+use crate::connection::Connection;
+use crate::error::{check, code_of, codes};
+
+/// How long the broker may take over a topic change before answering.
+pub const ADMIN_TIMEOUT_MS: i32 = 30_000;
+
+/// A topic to create; `None` asks for the broker's default (from CreateTopics v4 on).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewTopic {
+    pub partitions: Option<i32>,
+    pub replication_factor: Option<i16>,
+    /// Topic-level settings, Kafka's names (`retention.bytes`, `segment.bytes`, ...).
+    pub configs: Vec<(String, String)>,
+}
+
+/// Creates `name`; TOPIC_ALREADY_EXISTS is an error like any other.
+pub async fn create_topic(cluster: &mut Cluster, name: &str, topic: &NewTopic) -> Result<()> {
+    let connection = cluster.any();
+    let version = connection.version::<CreateTopicsRequest>()?;
+    // Before v4 the broker defaults cannot be asked for with -1.
+    let default = if version >= 4 { -1 } else { 1 };
+    let mut creatable = CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(topic.partitions.unwrap_or(default))
+        .with_replication_factor(topic.replication_factor.unwrap_or(default as i16));
+    for (key, value) in &topic.configs {
+        creatable.configs.push(
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_value(Some(StrBytes::from_string(value.clone()))),
+        );
+    }
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![creatable])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .topics
+        .first()
+        .ok_or_else(|| anyhow!("CreateTopics answered for no topic"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("create topic {name}")
+    })
+}
+
+/// Deletes `name` and its data.
+pub async fn delete_topic(cluster: &mut Cluster, name: &str) -> Result<()> {
+    let connection = cluster.any();
+    let version = connection.version::<DeleteTopicsRequest>()?;
+    let mut request = DeleteTopicsRequest::default().with_timeout_ms(ADMIN_TIMEOUT_MS);
+    if version >= 6 {
+        request.topics = vec![DeleteTopicState::default().with_name(Some(topic_name(name)))];
+    } else {
+        request.topic_names = vec![topic_name(name)];
+    }
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .responses
+        .first()
+        .ok_or_else(|| anyhow!("DeleteTopics answered for no topic"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("delete topic {name}")
+    })
+}
+
+/// Grows `name` to `count` partitions.
+pub async fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Result<()> {
+    let connection = cluster.any();
+    let version = connection.version::<CreatePartitionsRequest>()?;
+    let request = CreatePartitionsRequest::default()
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic_name(name))
+            .with_count(count)])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("CreatePartitions answered for no topic"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("add partitions to topic {name}")
+    })
+}
+
+/// The leaders of `name`, creating it as `topic` says when it is missing (another client
+/// creating it at the same moment is fine), and waiting until every partition has one.
+pub async fn ensure_topic(
+    cluster: &mut Cluster,
+    name: &str,
+    topic: &NewTopic,
+) -> Result<Vec<PartitionLeader>> {
+    if let Some(leaders) = cluster.leaders(name).await? {
+        return Ok(leaders);
+    }
+    match create_topic(cluster, name, topic).await {
+        Err(error) if code_of(&error) != Some(codes::TOPIC_ALREADY_EXISTS) => return Err(error),
+        _ => {}
+    }
+    let partitions = topic.partitions.unwrap_or(1);
+    // Leaders can take a moment to be elected after creation.
+    for _ in 0..100 {
+        if let Some(leaders) = cluster.leaders(name).await? {
+            if leaders.len() as i32 >= partitions {
+                return Ok(leaders);
+            }
+        }
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("topic {name} has no leaders 5 s after creation")
+}
+
+/// An idempotent producer's identity, from InitProducerId.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerIdentity {
+    pub id: i64,
+    pub epoch: i16,
+}
+
+/// A producer id and epoch for an idempotent producer (no transactional id), from the
+/// broker `connection` leads to; `None` when it does not offer InitProducerId.
+pub async fn init_producer_id(connection: &mut Connection) -> Result<Option<ProducerIdentity>> {
+    if !connection.supports::<InitProducerIdRequest>() {
+        return Ok(None);
+    }
+    let version = connection.version::<InitProducerIdRequest>()?;
+    let request = InitProducerIdRequest::default()
+        // Null, not the codec's default of "": an empty transactional id is refused.
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let answer = connection.call_at(version, &request).await?;
+    check(answer.error_code, None, || "InitProducerId".to_string())?;
+    Ok(Some(ProducerIdentity {
+        id: answer.producer_id.0,
+        epoch: answer.producer_epoch,
+    }))
+}
