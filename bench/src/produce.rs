@@ -29,11 +29,14 @@ use kafka_protocol::messages::ProduceRequest;
 
 use crate::broker_cpu;
 use crate::cli::{acks_name, LoadArgs, Payload};
-use crate::client::{self, error_name, Connection, PartitionLeader, TopicSpec};
+use client::frame::{correlation_id_of, decode_response, read_frame};
+use client::offsets::LATEST;
+
 use crate::cores::{self, Counters, Progress};
 use crate::encode::{
     fill_batch, fill_batch_stamped, BatchBuilder, Compression, PayloadPool, ProduceFraming,
 };
+use crate::kafka::{self, error_name, PartitionLeader, TopicSpec, CLIENT_ID};
 use crate::pacing::{clock, Pacer};
 use crate::report::{self, Latency, Summary};
 
@@ -255,10 +258,9 @@ pub fn run(
         let topic = topic.to_string();
         let spec = spec.clone();
         let (leaders, fresh) = cores::run_local(async move {
-            let addr = client::resolve(&bootstrap).await?;
-            let mut conn = Connection::connect(addr).await?;
-            let fresh = conn.leaders(&topic).await?.is_none();
-            let leaders = conn.ensure_topic(&topic, &spec).await?;
+            let mut cluster = kafka::cluster(&bootstrap).await?;
+            let fresh = cluster.leaders(&topic).await?.is_none();
+            let leaders = client::admin::ensure_topic(&mut cluster, &topic, &spec).await?;
             Ok::<_, anyhow::Error>((leaders, fresh))
         })??;
         created = fresh;
@@ -295,13 +297,12 @@ pub fn run(
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
         let sent = total.sent as i64;
         cores::run_local(async move {
-            let addr = client::resolve(&bootstrap).await?;
-            let mut conn = Connection::connect(addr).await?;
+            let mut cluster = kafka::cluster(&bootstrap).await?;
             // acks=0 requests may still be in the broker's queue: wait until the count reaches
             // what was sent or stops moving for a second (at most 10 s).
             let (mut last, mut still_ms) = (-1i64, 0);
             for _ in 0..200 {
-                let offsets = conn.list_offsets(&topic, &parts, -1).await?;
+                let offsets = kafka::log_offsets(&mut cluster, &topic, &parts, LATEST).await?;
                 let sum = offsets.iter().map(|(_, o)| o).sum::<i64>();
                 if sum >= sent || still_ms >= 1_000 {
                     return Ok::<_, anyhow::Error>(sum);
@@ -321,7 +322,7 @@ pub fn run(
         load,
         producers,
         cores,
-        spec.partitions,
+        spec.partitions.unwrap_or(1),
         &total,
         log_end_offset_total,
     );
@@ -437,7 +438,7 @@ async fn dry_run_producer(plan: &Plan, a: &Assignment, counters: &Counters) -> T
     let mut t = Tally::new();
     let mut pool = new_pool(plan, a);
     let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
-    let mut framing = ProduceFraming::new(9, client::CLIENT_ID, plan.acks, 30_000, &plan.topic);
+    let mut framing = ProduceFraming::new(9, CLIENT_ID, plan.acks, 30_000, &plan.topic);
     let tl = plan.timeline;
     while clock::now_ns() < tl.start_ns {
         glommio::timer::sleep(Duration::from_micros(100)).await;
@@ -498,7 +499,7 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
         t.error("NO_LEADER", a.messages.unwrap_or(1));
         return t;
     };
-    let mut conn = match Connection::connect(leader).await {
+    let mut conn = match kafka::connect(leader).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("producer {}: {e:#}", a.id);
@@ -507,8 +508,17 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
         }
     };
     let producer_id = if plan.idempotent {
-        match conn.init_producer_id().await {
-            Ok(producer) => Some(producer),
+        match client::admin::init_producer_id(&mut conn).await {
+            Ok(Some(producer)) => Some((producer.id, producer.epoch)),
+            Ok(None) => {
+                eprintln!(
+                    "producer {}: the broker does not offer InitProducerId: \
+                     no idempotent producers",
+                    a.id
+                );
+                t.error("INIT_PRODUCER_ID_FAILED", a.messages.unwrap_or(1));
+                return t;
+            }
             Err(e) => {
                 eprintln!("producer {}: {e:#}", a.id);
                 t.error("INIT_PRODUCER_ID_FAILED", a.messages.unwrap_or(1));
@@ -520,8 +530,16 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
     };
     // The next sequence number per partition of `a.partitions` (idempotent only).
     let mut sequences = vec![0i32; a.partitions.len()];
-    let version = conn.versions.produce;
-    let (reader, mut writer) = futures_lite::io::split(conn.stream);
+    let version = match conn.version::<ProduceRequest>() {
+        Ok(version) => version,
+        Err(e) => {
+            eprintln!("producer {}: {e:#}", a.id);
+            t.error("UNSUPPORTED_VERSION", a.messages.unwrap_or(1));
+            return t;
+        }
+    };
+    let (stream, _) = conn.into_parts();
+    let (reader, mut writer) = futures_lite::io::split(stream);
     let shared = Rc::new(RefCell::new(Shared {
         inflight: VecDeque::new(),
         tally: t,
@@ -541,7 +559,7 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
     let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
     let mut framing = ProduceFraming::new(
         version,
-        client::CLIENT_ID,
+        CLIENT_ID,
         plan.acks,
         plan.request_timeout_ms,
         &plan.topic,
@@ -690,7 +708,7 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
     // Base offset of the last batch answered, for checking the resend that follows it.
     let mut last_base_offset = -1;
     loop {
-        if let Err(e) = client::read_frame(&mut reader, &mut frame).await {
+        if let Err(e) = read_frame(&mut reader, &mut frame).await {
             let mut s = shared.borrow_mut();
             let left: u64 = s.inflight.iter().map(|f| f.count).sum();
             if left > 0 {
@@ -708,27 +726,26 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
             permits.close();
             return;
         };
-        let corr = client::correlation_id_of(&frame);
+        // read_frame accepts no frame shorter than a correlation id.
+        let corr = correlation_id_of(&frame).unwrap_or(-1);
         if corr != f.correlation_id {
             eprintln!("correlation id {corr}, expected {}", f.correlation_id);
             s.tally.error("CORRELATION_ID_MISMATCH", f.count);
             permits.close();
             return;
         }
-        let (code, base_offset) = match client::decode_response::<ProduceRequest>(
-            Bytes::copy_from_slice(&frame),
-            version,
-        ) {
-            Ok((_, r)) => r
-                .responses
-                .first()
-                .and_then(|t| t.partition_responses.first())
-                .map_or((-1, -1), |p| (p.error_code, p.base_offset)),
-            Err(e) => {
-                eprintln!("undecodable Produce response: {e:#}");
-                (-1, -1)
-            }
-        };
+        let (code, base_offset) =
+            match decode_response::<ProduceRequest>(Bytes::copy_from_slice(&frame), version) {
+                Ok((_, r)) => r
+                    .responses
+                    .first()
+                    .and_then(|t| t.partition_responses.first())
+                    .map_or((-1, -1), |p| (p.error_code, p.base_offset)),
+                Err(e) => {
+                    eprintln!("undecodable Produce response: {e:#}");
+                    (-1, -1)
+                }
+            };
         if f.resend {
             match code {
                 0 if base_offset == last_base_offset => s.tally.duplicates_refused += 1,
@@ -839,8 +856,8 @@ pub(crate) mod tests {
 
     pub fn spec(partitions: i32) -> TopicSpec {
         TopicSpec {
-            partitions,
-            replication_factor: 1,
+            partitions: Some(partitions),
+            replication_factor: Some(1),
             configs: Vec::new(),
         }
     }

@@ -55,7 +55,15 @@ pub struct Connection {
 impl Connection {
     /// Connects to `address` (host:port) and learns its API versions.
     pub async fn connect(address: &str, client_id: &'static str) -> Result<Connection> {
-        let socket = resolve(address)?;
+        Connection::connect_to(resolve(address)?, address, client_id).await
+    }
+
+    /// Connects to `socket`, known to the caller as `address`, and learns its API versions.
+    pub async fn connect_to(
+        socket: SocketAddr,
+        address: &str,
+        client_id: &'static str,
+    ) -> Result<Connection> {
         let stream = TcpStream::connect_timeout(socket, CONNECT_TIMEOUT)
             .await
             .map_err(|e| anyhow!("connecting to {address}: {e}"))?;
