@@ -156,3 +156,105 @@ pub async fn init_producer_id(connection: &mut Connection) -> Result<Option<Prod
         epoch: answer.producer_epoch,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+    use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, BrokerId, CreateTopicsResponse, DeleteTopicsResponse, MetadataResponse,
+        RequestKind, ResponseKind,
+    };
+
+    use super::*;
+    use crate::fake_broker::{api_versions, broker_entry, FakeBroker};
+
+    /// A broker on which `t` appears only once someone created it, and CreateTopics answers
+    /// TOPIC_ALREADY_EXISTS (another client won the race).
+    fn fake(delete_max: i16, deleted: Arc<Mutex<Vec<String>>>) -> FakeBroker {
+        let created = Arc::new(Mutex::new(false));
+        FakeBroker::start(Box::new(move |request, _, port| match request {
+            RequestKind::ApiVersions(_) => api_versions(&[
+                (ApiKey::ApiVersions, 0, 3),
+                (ApiKey::Metadata, 0, 12),
+                (ApiKey::CreateTopics, 0, 7),
+                (ApiKey::DeleteTopics, 0, delete_max),
+            ]),
+            RequestKind::Metadata(_) => {
+                let exists = *created.lock().unwrap();
+                let topic = MetadataResponseTopic::default()
+                    .with_name(Some(topic_name("t")))
+                    .with_error_code(if exists { 0 } else { 3 })
+                    .with_partitions(if exists {
+                        vec![MetadataResponsePartition::default().with_leader_id(BrokerId(1))]
+                    } else {
+                        Vec::new()
+                    });
+                ResponseKind::Metadata(
+                    MetadataResponse::default()
+                        .with_brokers(vec![broker_entry(port)])
+                        .with_topics(vec![topic]),
+                )
+            }
+            RequestKind::CreateTopics(_) => {
+                *created.lock().unwrap() = true;
+                ResponseKind::CreateTopics(CreateTopicsResponse::default().with_topics(vec![
+                    CreatableTopicResult::default()
+                        .with_name(topic_name("t"))
+                        .with_error_code(codes::TOPIC_ALREADY_EXISTS),
+                ]))
+            }
+            RequestKind::DeleteTopics(request) => {
+                let mut names: Vec<String> = request
+                    .topic_names
+                    .iter()
+                    .map(|n| n.0.to_string())
+                    .collect();
+                names.extend(
+                    request
+                        .topics
+                        .iter()
+                        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string())),
+                );
+                deleted.lock().unwrap().extend(names);
+                ResponseKind::DeleteTopics(
+                    DeleteTopicsResponse::default()
+                        .with_responses(vec![DeletableTopicResult::default()]),
+                )
+            }
+            other => panic!("not scripted: {other:?}"),
+        }))
+    }
+
+    #[test]
+    fn ensure_topic_accepts_a_creation_race_and_delete_speaks_both_shapes() {
+        for delete_max in [6, 5] {
+            let deleted = Arc::new(Mutex::new(Vec::new()));
+            let fake = fake(delete_max, deleted.clone());
+            crate::blocking::run(async {
+                let mut cluster = Cluster::connect(&fake.address(), "test").await.unwrap();
+                let topic = NewTopic {
+                    partitions: Some(1),
+                    ..NewTopic::default()
+                };
+                let leaders = ensure_topic(&mut cluster, "t", &topic).await.unwrap();
+                assert_eq!(leaders.len(), 1);
+                let error = create_topic(&mut cluster, "t", &topic).await.unwrap_err();
+                assert_eq!(code_of(&error), Some(codes::TOPIC_ALREADY_EXISTS));
+                delete_topic(&mut cluster, "t").await.unwrap();
+            })
+            .unwrap();
+            assert_eq!(
+                *deleted.lock().unwrap(),
+                ["t"],
+                "DeleteTopics v{delete_max}"
+            );
+            assert_eq!(fake.seen(ApiKey::DeleteTopics), [delete_max]);
+        }
+    }
+}

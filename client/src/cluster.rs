@@ -284,3 +284,144 @@ fn topic_info(name: String, topic: MetadataResponseTopic) -> TopicInfo {
         partitions,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
+    use kafka_protocol::messages::{
+        ApiKey, BrokerId, FindCoordinatorResponse, RequestKind, ResponseKind,
+    };
+
+    use super::*;
+    use crate::fake_broker::{api_versions, broker_entry, FakeBroker};
+
+    /// Two topics (listed out of order, partitions too), and a coordinator that loads for
+    /// the first `loading` lookups.
+    fn fake(loading: u32) -> FakeBroker {
+        let lookups = Arc::new(AtomicU32::new(0));
+        FakeBroker::start(Box::new(move |request, _, port| match request {
+            RequestKind::ApiVersions(_) => api_versions(&[
+                (ApiKey::ApiVersions, 0, 3),
+                (ApiKey::Metadata, 0, 12),
+                (ApiKey::FindCoordinator, 0, 4),
+            ]),
+            RequestKind::Metadata(request) => {
+                let topic = |name: &str, error_code: i16| {
+                    MetadataResponseTopic::default()
+                        .with_name(Some(topic_name(name)))
+                        .with_error_code(error_code)
+                        .with_partitions(
+                            [1, 0]
+                                .into_iter()
+                                .map(|p| {
+                                    MetadataResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_leader_id(BrokerId(1))
+                                })
+                                .collect(),
+                        )
+                };
+                let topics = match request.topics {
+                    None => vec![topic("b", 0), topic("a", 0)],
+                    Some(asked) => asked
+                        .iter()
+                        .map(|t| {
+                            let name = t.name.as_ref().map_or("", |n| n.0.as_str());
+                            let known = name == "a" || name == "b";
+                            topic(name, if known { 0 } else { 3 })
+                        })
+                        .collect(),
+                };
+                ResponseKind::Metadata(
+                    MetadataResponse::default()
+                        .with_brokers(vec![broker_entry(port)])
+                        .with_topics(topics),
+                )
+            }
+            RequestKind::FindCoordinator(_) => {
+                let error_code = if lookups.fetch_add(1, Ordering::SeqCst) < loading {
+                    codes::COORDINATOR_LOAD_IN_PROGRESS
+                } else {
+                    0
+                };
+                ResponseKind::FindCoordinator(FindCoordinatorResponse::default().with_coordinators(
+                    vec![Coordinator::default()
+                        .with_error_code(error_code)
+                        .with_node_id(BrokerId(1))
+                        .with_host(StrBytes::from_static_str("127.0.0.1"))
+                        .with_port(port as i32)],
+                ))
+            }
+            other => panic!("not scripted: {other:?}"),
+        }))
+    }
+
+    #[test]
+    fn bootstrap_learns_brokers_and_answers_sorted() {
+        let fake = fake(0);
+        crate::blocking::run(async {
+            let servers = format!("127.0.0.1:1, {}", fake.address());
+            let mut cluster = Cluster::connect(&servers, "test").await.unwrap();
+            assert_eq!(cluster.broker_ids(), [1]);
+            let names: Vec<String> = cluster
+                .topics()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            assert_eq!(names, ["a", "b"]);
+            let a = cluster.topic("a").await.unwrap();
+            assert_eq!(a.partitions[0].partition, 0);
+            assert_eq!(a.leader(1), 1);
+            assert_eq!(a.leader(7), -1);
+            let error = cluster.topic("missing").await.unwrap_err();
+            assert_eq!(code_of(&error), Some(codes::UNKNOWN_TOPIC_OR_PARTITION));
+            assert!(cluster.leaders("missing").await.unwrap().is_none());
+            let leaders = cluster.leaders("b").await.unwrap().unwrap();
+            assert_eq!(leaders.len(), 2);
+            assert_eq!(leaders[1].leader.port(), fake.port);
+            // One connection per broker: asking twice reuses it.
+            cluster.broker(1).await.unwrap();
+            cluster.broker(1).await.unwrap();
+        })
+        .unwrap();
+        assert_eq!(
+            fake.seen(ApiKey::ApiVersions).len(),
+            2,
+            "bootstrap and broker 1"
+        );
+    }
+
+    #[test]
+    fn coordinator_lookup_waits_while_it_loads() {
+        let fake = fake(2);
+        let node = crate::blocking::run(async {
+            let mut cluster = Cluster::connect(&fake.address(), "test").await.unwrap();
+            cluster.coordinator("g").await.unwrap()
+        })
+        .unwrap();
+        assert_eq!(node, 1);
+        assert_eq!(fake.seen(ApiKey::FindCoordinator), [4, 4, 4]);
+    }
+
+    #[test]
+    fn the_blocking_cluster_drives_the_same_calls() {
+        let fake = fake(0);
+        let mut cluster = crate::blocking::Cluster::connect(&fake.address(), "test").unwrap();
+        assert_eq!(cluster.topic("a").unwrap().partitions.len(), 2);
+        assert_eq!(cluster.coordinator("g").unwrap(), 1);
+        let mut connection = cluster.broker(1).unwrap();
+        assert!(connection.supports::<MetadataRequest>());
+        let version = connection.version::<MetadataRequest>().unwrap();
+        let answer = connection
+            .call_at(version, &MetadataRequest::default())
+            .unwrap();
+        assert_eq!(answer.brokers.len(), 1);
+        drop(cluster);
+    }
+}
