@@ -1,5 +1,5 @@
-//! Topic administration and producer ids: CreateTopics, DeleteTopics, CreatePartitions and
-//! InitProducerId, sent to any broker (the controller's work is the broker's business).
+//! Topic administration and producer ids: CreateTopics, DeleteTopics, CreatePartitions,
+//! DescribeConfigs (a topic's overrides) and InitProducerId, sent to any broker (the controller's work is the broker's business).
 //!
 //! Invariants:
 //! - Every call checks the per-topic error of its answer and fails with Kafka's error name
@@ -14,8 +14,10 @@ use anyhow::{anyhow, bail, Result};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    InitProducerIdRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -23,6 +25,10 @@ use crate::cluster::{topic_name, Cluster, PartitionLeader};
 use crate::connection::Connection;
 use crate::error::{check, code_of, codes};
 
+/// DescribeConfigs resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
+/// DescribeConfigs config source of a per-topic override.
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 /// How long the broker may take over a topic change before answering.
 pub const ADMIN_TIMEOUT_MS: i32 = 30_000;
 
@@ -102,6 +108,42 @@ pub async fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Re
     check(result.error_code, result.error_message.as_ref(), || {
         format!("add partitions to topic {name}")
     })
+}
+
+/// The topic's settings that differ from the broker's defaults, sorted by name.
+pub async fn overridden_configs(
+    cluster: &mut Cluster,
+    name: &str,
+) -> Result<Vec<(String, String)>> {
+    let connection = cluster.any();
+    let version = connection.version::<DescribeConfigsRequest>()?;
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(StrBytes::from_string(name.to_string()))]);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("DescribeConfigs answered for no resource"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("describe configs of topic {name}")
+    })?;
+    let mut configs: Vec<(String, String)> = result
+        .configs
+        .iter()
+        .filter(|c| c.config_source == SOURCE_DYNAMIC_TOPIC)
+        .map(|c| {
+            let value = match (&c.value, c.is_sensitive) {
+                (_, true) => "(sensitive)".to_string(),
+                (Some(value), false) => value.to_string(),
+                (None, false) => "null".to_string(),
+            };
+            (c.name.to_string(), value)
+        })
+        .collect();
+    configs.sort();
+    Ok(configs)
 }
 
 /// The leaders of `name`, creating it as `topic` says when it is missing (another client

@@ -66,7 +66,7 @@ impl Connection {
     ) -> Result<Connection> {
         let stream = TcpStream::connect_timeout(socket, CONNECT_TIMEOUT)
             .await
-            .map_err(|e| anyhow!("connecting to {address}: {e}"))?;
+            .map_err(|e| anyhow!("connecting to {address}: {}", std::io::Error::from(e)))?;
         stream
             .set_nodelay(true)
             .map_err(|e| anyhow!("TCP_NODELAY: {e}"))?;

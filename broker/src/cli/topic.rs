@@ -9,21 +9,13 @@
 
 use std::io::Write;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::Subcommand;
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::DescribeConfigsRequest;
-use kafka_protocol::protocol::StrBytes;
-
-use super::Connect;
 use client::admin::{self, NewTopic};
 use client::blocking::Cluster;
-use client::{check, TopicInfo};
+use client::TopicInfo;
 
-/// DescribeConfigs resource type of a topic.
-const RESOURCE_TOPIC: i8 = 2;
-/// DescribeConfigs config source of a per-topic override.
-const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+use super::Connect;
 
 #[derive(clap::Args, Debug)]
 pub struct TopicArgs {
@@ -141,35 +133,7 @@ pub fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Result<(
 
 /// The topic's settings that differ from the broker's defaults, sorted by name.
 pub fn overridden_configs(cluster: &mut Cluster, name: &str) -> Result<Vec<(String, String)>> {
-    let mut connection = cluster.any();
-    let version = connection.version::<DescribeConfigsRequest>()?;
-    let request =
-        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-            .with_resource_type(RESOURCE_TOPIC)
-            .with_resource_name(StrBytes::from_string(name.to_string()))]);
-    let response = connection.call_at(version, &request)?;
-    let result = response
-        .results
-        .first()
-        .ok_or_else(|| anyhow!("DescribeConfigs answered for no resource"))?;
-    check(result.error_code, result.error_message.as_ref(), || {
-        format!("describe configs of topic {name}")
-    })?;
-    let mut configs: Vec<(String, String)> = result
-        .configs
-        .iter()
-        .filter(|c| c.config_source == SOURCE_DYNAMIC_TOPIC)
-        .map(|c| {
-            let value = match (&c.value, c.is_sensitive) {
-                (_, true) => "(sensitive)".to_string(),
-                (Some(value), false) => value.to_string(),
-                (None, false) => "null".to_string(),
-            };
-            (c.name.to_string(), value)
-        })
-        .collect();
-    configs.sort();
-    Ok(configs)
+    cluster.run(async |c| admin::overridden_configs(c, name).await)
 }
 
 /// kafka-topics' describe layout: a topic line, then one line per partition.
