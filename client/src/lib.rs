@@ -12,7 +12,7 @@
 //! - Every request is built at the highest version both sides support, from one table
 //!   ([`versions::CLIENT_APIS`]).
 //! - Decoding a broker's answer never panics: bad bytes are an error on every decode path
-//!   (property-tested in `tests` below).
+//!   (property-tested in `frame`, `fetch` and `consumer_protocol`).
 //! - A frame longer than [`frame::FRAME_BYTES_MAX`] is refused before allocating for it.
 
 pub mod admin;
