@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::client::TopicSpec;
 use crate::encode::Compression;
+use crate::kafka::TopicSpec;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -88,8 +88,8 @@ impl Common {
     /// How to create the topic when it is missing.
     pub fn topic_spec(&self) -> TopicSpec {
         TopicSpec {
-            partitions: self.partitions,
-            replication_factor: self.replication_factor,
+            partitions: Some(self.partitions),
+            replication_factor: Some(self.replication_factor),
             configs: self.topic_configs.clone(),
         }
     }

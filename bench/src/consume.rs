@@ -22,10 +22,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
+use client::fetch::count_batches;
+use client::member::{must_rejoin, Heartbeat, Member, MemberConfig};
+use client::offsets::{EARLIEST, LATEST};
+use client::{Cluster, Connection};
+
 use crate::cli::{ConsumeArgs, StartFrom};
-use crate::client::{self, error_name, Connection, PartitionLeader};
 use crate::cores::{self, Counters, Progress};
-use crate::group::{self, Member};
+use crate::kafka::{self, error_name, PartitionLeader};
 use crate::pacing::clock;
 use crate::produce::Tally;
 use crate::report::{self, Latency, Summary};
@@ -34,10 +38,14 @@ use crate::report::{self, Latency, Summary};
 const COMMIT_INTERVAL: Duration = Duration::from_secs(5);
 /// How long Fetch may wait at the broker for data (Kafka's `fetch.max.wait.ms` default).
 const FETCH_MAX_WAIT_MS: i32 = 500;
+/// Kafka's consumer defaults: `session.timeout.ms` 45 s, `max.poll.interval.ms` (the
+/// rebalance timeout) 5 min.
+const SESSION_TIMEOUT_MS: i32 = 45_000;
+const REBALANCE_TIMEOUT_MS: i32 = 300_000;
 
 struct Plan {
     topic: String,
-    bootstrap: SocketAddr,
+    bootstrap: String,
     group: Option<String>,
     leaders: Vec<PartitionLeader>,
     /// partition → (start offset, stop offset or None)
@@ -99,26 +107,15 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();
     let from = args.from;
-    let (addr, leaders, starts, ends) = cores::run_local(async move {
-        let addr = client::resolve(&bootstrap).await?;
-        let mut conn = Connection::connect(addr).await?;
-        let Some(leaders) = conn.leaders(&topic).await? else {
+    let (leaders, starts, ends) = cores::run_local(async move {
+        let mut cluster = kafka::cluster(&bootstrap).await?;
+        let Some(leaders) = cluster.leaders(&topic).await? else {
             bail!("topic {topic} does not exist");
         };
-        // Single-leader clusters answer ListOffsets here; otherwise ask each partition's leader.
-        let mut starts = Vec::new();
-        let mut ends = Vec::new();
-        for l in &leaders {
-            let mut c = if l.leader == addr {
-                None
-            } else {
-                Some(Connection::connect(l.leader).await?)
-            };
-            let c = c.as_mut().unwrap_or(&mut conn);
-            starts.extend(c.list_offsets(&topic, &[l.partition], -2).await?);
-            ends.extend(c.list_offsets(&topic, &[l.partition], -1).await?);
-        }
-        Ok::<_, anyhow::Error>((addr, leaders, starts, ends))
+        let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
+        let starts = kafka::log_offsets(&mut cluster, &topic, &parts, EARLIEST).await?;
+        let ends = kafka::log_offsets(&mut cluster, &topic, &parts, LATEST).await?;
+        Ok::<_, anyhow::Error>((leaders, starts, ends))
     })??;
     let ends: BTreeMap<i32, i64> = ends.into_iter().collect();
     let mut positions = BTreeMap::new();
@@ -141,7 +138,7 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     let cores = cores::cores_to_use(args.common.cores, consumers);
     let plan = Arc::new(Plan {
         topic: args.common.topic.clone(),
-        bootstrap: addr,
+        bootstrap: args.common.bootstrap_server.clone(),
         group: args.group.clone(),
         reached: positions
             .iter()
@@ -251,10 +248,27 @@ async fn consumer(plan: &Plan, id: usize, share: &[i32], counters: &Counters) ->
     };
     if let Err(e) = outcome {
         eprintln!("consumer {id}: {e:#}");
-        let name = group::code_of(&e).map_or("NETWORK_EXCEPTION".to_string(), error_name);
+        let name = client::code_of(&e).map_or("NETWORK_EXCEPTION".to_string(), error_name);
         t.error(&name, 1);
     }
     t
+}
+
+/// A group member and the cluster it talks to.
+struct GroupMember {
+    member: Member,
+    cluster: Cluster,
+}
+
+impl GroupMember {
+    /// Commits `positions` (partition, next offset) of `topic` for this generation.
+    async fn commit(&mut self, topic: &str, positions: &[(i32, i64)]) -> Result<()> {
+        let positions = positions
+            .iter()
+            .map(|&(p, offset)| ((topic.to_string(), p), offset))
+            .collect();
+        self.member.commit(&mut self.cluster, &positions).await
+    }
 }
 
 /// Consumes as a member of `group` until the run is over, then leaves it.
@@ -266,12 +280,16 @@ async fn member(
     t: &mut Tally,
     counters: &Counters,
 ) -> Result<()> {
-    let mut member = Member::connect(plan.bootstrap, group, &plan.topic).await?;
-    let partition_count = plan.positions.len() as i32;
+    let mut cluster = kafka::cluster(&plan.bootstrap).await?;
+    let mut config = MemberConfig::new(group, vec![plan.topic.clone()]);
+    config.session_timeout_ms = SESSION_TIMEOUT_MS;
+    config.rebalance_timeout_ms = REBALANCE_TIMEOUT_MS;
+    let mut joining_ns = clock::now_ns();
+    let member = Member::join(&mut cluster, config).await?;
+    let mut joined = GroupMember { member, cluster };
     loop {
-        let joining_ns = clock::now_ns();
-        let assigned = member.join(partition_count).await?;
-        let committed = member.committed(&assigned).await?;
+        let assigned = joined.member.partitions(&plan.topic);
+        let committed = joined.member.committed(&mut joined.cluster).await?;
         eprintln!(
             "consumer {id}: joined group {group} in {:.0} ms, partitions {assigned:?}",
             (clock::now_ns() - joining_ns) as f64 / 1e6
@@ -280,7 +298,7 @@ async fn member(
             .iter()
             .map(|p| {
                 let start = committed
-                    .get(p)
+                    .get(&(plan.topic.clone(), *p))
                     .copied()
                     .unwrap_or_else(|| plan.positions.get(p).map_or(0, |x| x.0));
                 plan.reach(*p, start);
@@ -291,20 +309,22 @@ async fn member(
             plan,
             fetcher,
             &mut positions,
-            Some(&mut member),
+            Some(&mut joined),
             t,
             counters,
         )
         .await?;
         // Eager protocol: commit what was consumed before giving the partitions up.
-        if let Err(e) = member.commit(&positions).await {
-            if !group::must_rejoin(&e) {
+        if let Err(e) = joined.commit(&plan.topic, &positions).await {
+            if !must_rejoin(&e) {
                 return Err(e);
             }
         }
         if stop == Stop::Done {
-            return member.leave().await;
+            return joined.member.leave(&mut joined.cluster).await;
         }
+        joining_ns = clock::now_ns();
+        joined.member.rejoin(&mut joined.cluster).await?;
     }
 }
 
@@ -322,28 +342,26 @@ async fn fetch_until(
     plan: &Plan,
     fetcher: &mut Fetcher,
     positions: &mut [(i32, i64)],
-    mut member: Option<&mut Member>,
+    mut member: Option<&mut GroupMember>,
     t: &mut Tally,
     counters: &Counters,
 ) -> Result<Stop> {
-    let mut heartbeat_at = clock::now_ns() + group::HEARTBEAT_INTERVAL.as_nanos() as u64;
     let mut commit_at = clock::now_ns() + COMMIT_INTERVAL.as_nanos() as u64;
     loop {
         if plan.done() {
             return Ok(Stop::Done);
         }
-        if let Some(member) = member.as_deref_mut() {
+        if let Some(joined) = member.as_deref_mut() {
             let now = clock::now_ns();
-            if now >= heartbeat_at {
-                if !member.heartbeat().await? {
-                    return Ok(Stop::Rebalance);
-                }
-                heartbeat_at = now + group::HEARTBEAT_INTERVAL.as_nanos() as u64;
+            if joined.member.heartbeat_due()
+                && joined.member.heartbeat(&mut joined.cluster).await? == Heartbeat::Rebalance
+            {
+                return Ok(Stop::Rebalance);
             }
             if now >= commit_at {
-                match member.commit(positions).await {
+                match joined.commit(&plan.topic, positions).await {
                     Ok(()) => {}
-                    Err(e) if group::must_rejoin(&e) => return Ok(Stop::Rebalance),
+                    Err(e) if must_rejoin(&e) => return Ok(Stop::Rebalance),
                     Err(e) => return Err(e),
                 }
                 commit_at = now + COMMIT_INTERVAL.as_nanos() as u64;
@@ -381,14 +399,14 @@ async fn fetch_once(
     let conn = fetcher.connection(leader).await?;
     let sent_ns = clock::now_ns();
     plan.started(sent_ns);
-    let response = conn
-        .fetch(
-            &plan.topic,
-            wanted,
-            FETCH_MAX_WAIT_MS,
-            plan.partition_bytes_max,
-        )
-        .await?;
+    let response = kafka::fetch(
+        conn,
+        &plan.topic,
+        wanted,
+        FETCH_MAX_WAIT_MS,
+        plan.partition_bytes_max,
+    )
+    .await?;
     let done_ns = clock::now_ns();
     if response.error_code != 0 {
         bail!("fetch: {}", error_name(response.error_code));
@@ -404,7 +422,7 @@ async fn fetch_once(
             continue;
         }
         let Some(records) = &p.records else { continue };
-        match client::count_batches(records, plan.verify_crc) {
+        match count_batches(records, plan.verify_crc) {
             Ok((n, bytes, next)) => {
                 got += n;
                 t.measured_wire_bytes += bytes;
@@ -443,7 +461,7 @@ impl Fetcher {
         use std::collections::btree_map::Entry;
         Ok(match self.connections.entry(leader) {
             Entry::Occupied(c) => c.into_mut(),
-            Entry::Vacant(v) => v.insert(Connection::connect(leader).await?),
+            Entry::Vacant(v) => v.insert(kafka::connect(leader).await?),
         })
     }
 }
@@ -451,7 +469,30 @@ impl Fetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encode::{fill_batch, BatchBuilder, Compression, PayloadPool};
     use clap::Parser;
+
+    #[test]
+    fn the_bench_encoders_batches_are_counted_and_crc_checked() {
+        let mut pool = PayloadPool::new(100, false, 1);
+        let mut builder = BatchBuilder::new(4096, Compression::None);
+        let mut log = Vec::new();
+        let mut total = 0;
+        for base in [0i64, 10, 20] {
+            builder.reset(0);
+            let n = fill_batch(&mut builder, &mut pool, 10);
+            total += n;
+            let mut batch = builder.finish().to_vec();
+            batch[0..8].copy_from_slice(&base.to_be_bytes());
+            log.extend_from_slice(&batch);
+        }
+        let full = log.len();
+        log.extend_from_slice(&[0; 30]); // partial trailing batch
+        let (count, bytes, next) = count_batches(&log, true).expect("counts");
+        assert_eq!((count, bytes as usize, next), (total, full, Some(30)));
+        log[100] ^= 1;
+        assert!(count_batches(&log, true).is_err());
+    }
 
     #[test]
     fn consume_from_earliest_reads_everything_produced() {

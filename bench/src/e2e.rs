@@ -21,11 +21,13 @@ use bytes::Bytes;
 use kafka_protocol::records::{Compression as RecordCompression, RecordBatchDecoder};
 
 use crate::cli::{acks_name, E2eArgs};
-use crate::client::{self, error_name, Connection, PartitionLeader};
 use crate::cores::{self, Progress};
+use crate::kafka::{self, error_name, PartitionLeader};
 use crate::pacing::clock;
 use crate::produce::{self, assign, Plan, Tally};
 use crate::report::{self, Latency, Summary};
+use client::fetch::count_batches;
+use client::offsets::LATEST;
 
 const DEFAULT_RATE: f64 = 10_000.0;
 
@@ -48,11 +50,10 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
     let topic = args.common.topic.clone();
     let spec = args.common.topic_spec();
     let (leaders, starts) = cores::run_local(async move {
-        let addr = client::resolve(&bootstrap).await?;
-        let mut conn = Connection::connect(addr).await?;
-        let leaders = conn.ensure_topic(&topic, &spec).await?;
+        let mut cluster = kafka::cluster(&bootstrap).await?;
+        let leaders = client::admin::ensure_topic(&mut cluster, &topic, &spec).await?;
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
-        let starts = conn.list_offsets(&topic, &parts, -1).await?;
+        let starts = kafka::log_offsets(&mut cluster, &topic, &parts, LATEST).await?;
         Ok::<_, anyhow::Error>((leaders, starts))
     })??;
     let producers = load.producers.max(1);
@@ -206,7 +207,7 @@ async fn consumer(
         t.error("E2E_NEEDS_ONE_LEADER", 1);
         return t;
     }
-    let mut conn = match Connection::connect(leader).await {
+    let mut conn = match kafka::connect(leader).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("e2e consumer: {e:#}");
@@ -225,17 +226,15 @@ async fn consumer(
                 break;
             }
         }
-        let response = match conn
-            .fetch(&plan.topic, &positions, 100, 8 * 1024 * 1024)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("e2e consumer: fetch failed: {e:#}");
-                t.error("NETWORK_EXCEPTION", 1);
-                break;
-            }
-        };
+        let response =
+            match kafka::fetch(&mut conn, &plan.topic, &positions, 100, 8 * 1024 * 1024).await {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("e2e consumer: fetch failed: {e:#}");
+                    t.error("NETWORK_EXCEPTION", 1);
+                    break;
+                }
+            };
         let fetched_ns = clock::now_ns();
         let before = t.sent;
         for topic in &response.responses {
@@ -247,7 +246,7 @@ async fn consumer(
                 }
                 let Some(records) = &p.records else { continue };
                 // Ignore a trailing partial batch: decode whole batches only.
-                let whole = match client::count_batches(records, false) {
+                let whole = match count_batches(records, false) {
                     Ok((_, bytes, _)) => bytes as usize,
                     Err(_) => 0,
                 };

@@ -6,12 +6,11 @@
 
 mod broker_cpu;
 mod cli;
-mod client;
 mod consume;
 mod cores;
 mod e2e;
 mod encode;
-mod group;
+mod kafka;
 mod matrix;
 #[cfg(test)]
 mod mock;

@@ -14,11 +14,12 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::cli::{acks_name, MatrixArgs};
-use crate::client::{self, Connection};
 use crate::cores;
+use crate::kafka;
 use crate::plot::{self, Series};
 use crate::produce;
 use crate::report::{self, Environment, MatrixReport, Summary};
+use client::error::codes::UNKNOWN_TOPIC_OR_PARTITION;
 
 pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
     let out = &args.output;
@@ -103,8 +104,12 @@ pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
 fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
     let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
     cores::run_local(async move {
-        let mut conn = Connection::connect(client::resolve(&bootstrap).await?).await?;
-        conn.delete_topic(&topic).await
+        let mut cluster = kafka::cluster(&bootstrap).await?;
+        match client::admin::delete_topic(&mut cluster, &topic).await {
+            // Nothing left to delete.
+            Err(e) if client::code_of(&e) == Some(UNKNOWN_TOPIC_OR_PARTITION) => Ok(()),
+            other => other,
+        }
     })?
 }
 

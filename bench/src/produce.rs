@@ -2,40 +2,34 @@
 //! acknowledges) or open loop (`--rate`, latency from each message's intended send time).
 //!
 //! Invariants:
-//! - Each producer owns one connection to the leader of its partitions, one `BatchBuilder`
-//!   and one `PayloadPool`; the hot path allocates nothing per record.
-//! - At most `max_in_flight` Produce requests are outstanding per connection (a semaphore
-//!   permit is taken before a write and given back by the response); responses are matched to
-//!   requests in FIFO order by correlation id.
+//! - Each producer owns one connection to the leader of its partitions and allocates
+//!   nothing per record on it ([`pipeline`]).
 //! - Every message ends up counted exactly once: acked, or under a Kafka error name
 //!   (including NETWORK_EXCEPTION for a dropped connection and REQUEST_TIMED_OUT for requests
 //!   never answered), or, for acks=0, as sent.
 //! - Messages whose send (closed loop) or intended (open loop) time falls in the warm-up are
 //!   acknowledged and counted in `sent`/`acked`, but left out of rates and histograms.
-//! - The `RefCell` shared by a producer's writer and reader is never borrowed across `.await`.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+mod pipeline;
+
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use bytes::Bytes;
-use futures_lite::AsyncWriteExt;
+use client::offsets::LATEST;
 use hdrhistogram::Histogram;
-use kafka_protocol::messages::ProduceRequest;
 
 use crate::broker_cpu;
 use crate::cli::{acks_name, LoadArgs, Payload};
-use crate::client::{self, error_name, Connection, PartitionLeader, TopicSpec};
-use crate::cores::{self, Counters, Progress};
-use crate::encode::{
-    fill_batch, fill_batch_stamped, BatchBuilder, Compression, PayloadPool, ProduceFraming,
-};
-use crate::pacing::{clock, Pacer};
+use crate::cores::{self, Progress};
+use crate::encode::Compression;
+use crate::kafka::{self, PartitionLeader, TopicSpec};
+use crate::pacing::clock;
 use crate::report::{self, Latency, Summary};
+use pipeline::dry_run_producer;
+pub(crate) use pipeline::producer;
 
 /// What every producer of a run shares.
 #[derive(Clone, Debug)]
@@ -255,10 +249,9 @@ pub fn run(
         let topic = topic.to_string();
         let spec = spec.clone();
         let (leaders, fresh) = cores::run_local(async move {
-            let addr = client::resolve(&bootstrap).await?;
-            let mut conn = Connection::connect(addr).await?;
-            let fresh = conn.leaders(&topic).await?.is_none();
-            let leaders = conn.ensure_topic(&topic, &spec).await?;
+            let mut cluster = kafka::cluster(&bootstrap).await?;
+            let fresh = cluster.leaders(&topic).await?.is_none();
+            let leaders = client::admin::ensure_topic(&mut cluster, &topic, &spec).await?;
             Ok::<_, anyhow::Error>((leaders, fresh))
         })??;
         created = fresh;
@@ -295,13 +288,12 @@ pub fn run(
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
         let sent = total.sent as i64;
         cores::run_local(async move {
-            let addr = client::resolve(&bootstrap).await?;
-            let mut conn = Connection::connect(addr).await?;
+            let mut cluster = kafka::cluster(&bootstrap).await?;
             // acks=0 requests may still be in the broker's queue: wait until the count reaches
             // what was sent or stops moving for a second (at most 10 s).
             let (mut last, mut still_ms) = (-1i64, 0);
             for _ in 0..200 {
-                let offsets = conn.list_offsets(&topic, &parts, -1).await?;
+                let offsets = kafka::log_offsets(&mut cluster, &topic, &parts, LATEST).await?;
                 let sum = offsets.iter().map(|(_, o)| o).sum::<i64>();
                 if sum >= sent || still_ms >= 1_000 {
                     return Ok::<_, anyhow::Error>(sum);
@@ -321,7 +313,7 @@ pub fn run(
         load,
         producers,
         cores,
-        spec.partitions,
+        spec.partitions.unwrap_or(1),
         &total,
         log_end_offset_total,
     );
@@ -424,356 +416,6 @@ async fn run_core(
     total
 }
 
-fn new_pool(plan: &Plan, a: &Assignment) -> PayloadPool {
-    PayloadPool::new(
-        plan.message_bytes,
-        plan.payload == Payload::Compressible,
-        plan.seed.wrapping_add(a.id as u64 * 0x9E37_79B9),
-    )
-}
-
-/// Encode, checksum and frame batches as the network producer would, and send nowhere.
-async fn dry_run_producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
-    let mut t = Tally::new();
-    let mut pool = new_pool(plan, a);
-    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
-    let mut framing = ProduceFraming::new(9, client::CLIENT_ID, plan.acks, 30_000, &plan.topic);
-    let tl = plan.timeline;
-    while clock::now_ns() < tl.start_ns {
-        glommio::timer::sleep(Duration::from_micros(100)).await;
-    }
-    let limit = a.messages.unwrap_or(u64::MAX);
-    let mut correlation_id = 0i32;
-    let mut batches = 0u64;
-    while t.sent < limit {
-        builder.reset(clock::unix_ms());
-        let n = fill_batch(&mut builder, &mut pool, limit - t.sent);
-        let batch = builder.finish();
-        let batch_bytes = batch.len() as u64;
-        let crc = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
-        framing.partition = a.partitions[(batches % a.partitions.len() as u64) as usize];
-        correlation_id = correlation_id.wrapping_add(1);
-        let frame = builder.frame_produce(&framing, correlation_id);
-        t.checksum ^= crc ^ frame.len() as u32;
-        let now = clock::now_ns();
-        t.sent += n;
-        if now >= tl.warmup_end_ns {
-            t.measured_messages += n;
-            t.measured_wire_bytes += batch_bytes;
-            t.last_ns = now;
-        }
-        batches += 1;
-        if batches % 64 == 0 {
-            Counters::add(&counters.sent, 64 * n);
-            if now >= tl.end_ns {
-                break;
-            }
-            // Let the executor breathe (timers, other tasks) without measurable cost.
-            glommio::yield_if_needed().await;
-        }
-    }
-    t
-}
-
-struct InFlight {
-    correlation_id: i32,
-    send_ns: u64,
-    /// Index of the batch's first message in this producer's schedule.
-    first_index: u64,
-    count: u64,
-    wire_bytes: u64,
-    /// A second copy of the batch before it (`--resend-every`): its answer must repeat that
-    /// batch's offset, and it counts for nothing else.
-    resend: bool,
-}
-
-struct Shared {
-    inflight: VecDeque<InFlight>,
-    tally: Tally,
-}
-
-pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
-    let mut t = Tally::new();
-    let Some(leader) = a.leader else {
-        t.error("NO_LEADER", a.messages.unwrap_or(1));
-        return t;
-    };
-    let mut conn = match Connection::connect(leader).await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("producer {}: {e:#}", a.id);
-            t.error("NETWORK_EXCEPTION", a.messages.unwrap_or(1));
-            return t;
-        }
-    };
-    let producer_id = if plan.idempotent {
-        match conn.init_producer_id().await {
-            Ok(producer) => Some(producer),
-            Err(e) => {
-                eprintln!("producer {}: {e:#}", a.id);
-                t.error("INIT_PRODUCER_ID_FAILED", a.messages.unwrap_or(1));
-                return t;
-            }
-        }
-    } else {
-        None
-    };
-    // The next sequence number per partition of `a.partitions` (idempotent only).
-    let mut sequences = vec![0i32; a.partitions.len()];
-    let version = conn.versions.produce;
-    let (reader, mut writer) = futures_lite::io::split(conn.stream);
-    let shared = Rc::new(RefCell::new(Shared {
-        inflight: VecDeque::new(),
-        tally: t,
-    }));
-    let permits = Rc::new(glommio::sync::Semaphore::new(plan.max_in_flight));
-    let pacer = a.rate.map(|r| Pacer::new(plan.timeline.start_ns, r));
-    let reader_task = (plan.acks != 0).then(|| {
-        let shared = shared.clone();
-        let permits = permits.clone();
-        let tl = plan.timeline;
-        // The reader reports through `shared`; the writer publishes its counts to `counters`.
-        glommio::spawn_local(read_responses(reader, shared, permits, version, tl, pacer))
-    });
-
-    let mut pool = new_pool(plan, a);
-    let mut stamped = Vec::with_capacity(plan.message_bytes);
-    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
-    let mut framing = ProduceFraming::new(
-        version,
-        client::CLIENT_ID,
-        plan.acks,
-        plan.request_timeout_ms,
-        &plan.topic,
-    );
-    let record_bytes_estimate = plan.message_bytes + 8;
-    let per_batch = ((plan.batch_bytes.saturating_sub(61)) / record_bytes_estimate).max(1) as u64;
-    let linger_ns = plan.linger.as_nanos() as u64;
-    let tl = plan.timeline;
-    let limit = a.messages.unwrap_or(u64::MAX);
-    let mut index = 0u64;
-    let mut batches = 0u64;
-    let mut correlation_id = 0i32;
-    let mut last_acked_seen = 0u64;
-    while clock::now_ns() < tl.start_ns {
-        glommio::timer::sleep(Duration::from_micros(200)).await;
-    }
-    loop {
-        let now = clock::now_ns();
-        if now >= tl.end_ns || index >= limit {
-            break;
-        }
-        let mut count_max = limit - index;
-        if let Some(p) = &pacer {
-            let ready = p.due(now).saturating_sub(index);
-            let oldest_ns = p.intended_ns(index);
-            if ready == 0 || (ready < per_batch && now < oldest_ns + linger_ns) {
-                let full_ns = p.intended_ns(index + per_batch - 1);
-                let wake = if ready == 0 {
-                    oldest_ns
-                } else {
-                    full_ns.min(oldest_ns + linger_ns)
-                };
-                let wait = wake.saturating_sub(now).clamp(1_000, 100_000_000);
-                glommio::timer::sleep(Duration::from_nanos(wait)).await;
-                continue;
-            }
-            count_max = count_max.min(ready);
-        }
-        if plan.acks != 0 && permits.acquire(1).await.is_err() {
-            break; // the reader failed and closed the semaphore
-        }
-        builder.reset(clock::unix_ms());
-        let n = if plan.stamp {
-            let now = clock::now_ns();
-            let at = |i: u64| pacer.map_or(now, |p| p.intended_ns(index + i));
-            fill_batch_stamped(&mut builder, &mut pool, count_max, &mut stamped, at)
-        } else {
-            fill_batch(&mut builder, &mut pool, count_max)
-        };
-        let slot = (batches % a.partitions.len() as u64) as usize;
-        if let Some((producer_id, epoch)) = producer_id {
-            builder.set_producer(producer_id, epoch, sequences[slot]);
-            sequences[slot] = net::sequence::sequence_after(sequences[slot], n);
-        }
-        let wire_bytes = builder.finish().len() as u64;
-        framing.partition = a.partitions[slot];
-        correlation_id = correlation_id.wrapping_add(1);
-        let frame = builder.frame_produce(&framing, correlation_id);
-        let send_ns = clock::now_ns();
-        let resend = plan.acks != 0
-            && plan
-                .resend_every
-                .is_some_and(|every| batches % every == every - 1);
-        let in_flight = move |resend| InFlight {
-            correlation_id,
-            send_ns,
-            first_index: index,
-            count: n,
-            wire_bytes,
-            resend,
-        };
-        if plan.acks != 0 {
-            shared.borrow_mut().inflight.push_back(in_flight(false));
-        } else {
-            let mut s = shared.borrow_mut();
-            let from_ns = pacer.map(|p| p.intended_ns(index)).unwrap_or(send_ns);
-            if from_ns >= tl.warmup_end_ns {
-                s.tally.measured_messages += n;
-                s.tally.measured_wire_bytes += wire_bytes;
-                s.tally.last_ns = send_ns;
-            }
-        }
-        if let Err(e) = writer.write_all(frame).await {
-            eprintln!("producer {}: write failed: {e}", a.id);
-            let mut s = shared.borrow_mut();
-            if plan.acks != 0 {
-                s.inflight.pop_back();
-            }
-            s.tally.error("NETWORK_EXCEPTION", n);
-            break;
-        }
-        // The same request again (same bytes, correlation id included), as a retry after a
-        // lost answer; answered right after the first copy, in order.
-        if resend && permits.acquire(1).await.is_ok() {
-            shared.borrow_mut().inflight.push_back(in_flight(true));
-            if let Err(e) = writer.write_all(frame).await {
-                eprintln!("producer {}: write failed: {e}", a.id);
-                let mut s = shared.borrow_mut();
-                s.inflight.pop_back();
-                s.tally.error("NETWORK_EXCEPTION", n);
-                break;
-            }
-        }
-        shared.borrow_mut().tally.sent += n;
-        Counters::add(&counters.sent, n);
-        index += n;
-        batches += 1;
-        let acked = shared.borrow().tally.acked;
-        Counters::add(&counters.acked, acked - last_acked_seen);
-        last_acked_seen = acked;
-    }
-    if plan.acks == 0 {
-        let _ = writer.flush().await;
-    }
-    if let Some(task) = reader_task {
-        // Wait for every outstanding response: all permits back means nothing is in flight.
-        let wait =
-            Duration::from_millis(plan.request_timeout_ms.max(0) as u64) + Duration::from_secs(5);
-        let drained = glommio::timer::timeout(wait, permits.acquire(plan.max_in_flight)).await;
-        drop(task); // cancels the reader
-        if drained.is_err() {
-            let mut s = shared.borrow_mut();
-            let left: u64 = s.inflight.iter().map(|f| f.count).sum();
-            if left > 0 {
-                s.tally.error("REQUEST_TIMED_OUT", left);
-            }
-            s.inflight.clear();
-        }
-    }
-    let mut s = shared.borrow_mut();
-    Counters::add(&counters.acked, s.tally.acked - last_acked_seen);
-    Counters::add(&counters.errors, s.tally.errors.values().sum());
-    std::mem::take(&mut s.tally)
-}
-
-/// Matches responses to in-flight requests, records latencies, returns permits.
-async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
-    mut reader: R,
-    shared: Rc<RefCell<Shared>>,
-    permits: Rc<glommio::sync::Semaphore>,
-    version: i16,
-    tl: Timeline,
-    pacer: Option<Pacer>,
-) {
-    let mut frame = Vec::with_capacity(1024);
-    // Base offset of the last batch answered, for checking the resend that follows it.
-    let mut last_base_offset = -1;
-    loop {
-        if let Err(e) = client::read_frame(&mut reader, &mut frame).await {
-            let mut s = shared.borrow_mut();
-            let left: u64 = s.inflight.iter().map(|f| f.count).sum();
-            if left > 0 {
-                eprintln!("producer connection lost with {left} messages in flight: {e:#}");
-                s.tally.error("NETWORK_EXCEPTION", left);
-            }
-            s.inflight.clear();
-            permits.close();
-            return;
-        }
-        let ack_ns = clock::now_ns();
-        let mut s = shared.borrow_mut();
-        let Some(f) = s.inflight.pop_front() else {
-            s.tally.error("UNEXPECTED_RESPONSE", 1);
-            permits.close();
-            return;
-        };
-        let corr = client::correlation_id_of(&frame);
-        if corr != f.correlation_id {
-            eprintln!("correlation id {corr}, expected {}", f.correlation_id);
-            s.tally.error("CORRELATION_ID_MISMATCH", f.count);
-            permits.close();
-            return;
-        }
-        let (code, base_offset) = match client::decode_response::<ProduceRequest>(
-            Bytes::copy_from_slice(&frame),
-            version,
-        ) {
-            Ok((_, r)) => r
-                .responses
-                .first()
-                .and_then(|t| t.partition_responses.first())
-                .map_or((-1, -1), |p| (p.error_code, p.base_offset)),
-            Err(e) => {
-                eprintln!("undecodable Produce response: {e:#}");
-                (-1, -1)
-            }
-        };
-        if f.resend {
-            match code {
-                0 if base_offset == last_base_offset => s.tally.duplicates_refused += 1,
-                0 => s.tally.error("DUPLICATE_STORED", f.count),
-                _ => s.tally.error(&error_name(code), f.count),
-            }
-        } else if code != 0 {
-            s.tally.error(&error_name(code), f.count);
-        } else {
-            last_base_offset = base_offset;
-            let t = &mut s.tally;
-            t.acked += f.count;
-            match pacer {
-                None => {
-                    if f.send_ns >= tl.warmup_end_ns {
-                        t.clamped +=
-                            u64::from(report::record(&mut t.hist, ack_ns - f.send_ns, f.count));
-                        t.measured_messages += f.count;
-                        t.measured_wire_bytes += f.wire_bytes;
-                        t.last_ns = ack_ns;
-                    }
-                }
-                Some(p) => {
-                    let mut measured = 0;
-                    for i in f.first_index..f.first_index + f.count {
-                        let intended = p.intended_ns(i);
-                        if intended >= tl.warmup_end_ns {
-                            let lat = ack_ns.saturating_sub(intended);
-                            t.clamped += u64::from(report::record(&mut t.hist, lat, 1));
-                            measured += 1;
-                        }
-                    }
-                    if measured > 0 {
-                        t.measured_messages += measured;
-                        t.measured_wire_bytes += f.wire_bytes * measured / f.count;
-                        t.last_ns = ack_ns;
-                    }
-                }
-            }
-        }
-        drop(s);
-        permits.signal(1);
-    }
-}
-
 /// Prints the outcome (text or JSON) and returns whether the run was clean.
 pub fn print(summary: &Summary, json: bool) -> Result<bool> {
     if json {
@@ -839,8 +481,8 @@ pub(crate) mod tests {
 
     pub fn spec(partitions: i32) -> TopicSpec {
         TopicSpec {
-            partitions,
-            replication_factor: 1,
+            partitions: Some(partitions),
+            replication_factor: Some(1),
             configs: Vec::new(),
         }
     }

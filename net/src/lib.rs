@@ -14,7 +14,6 @@
 
 pub mod budget;
 pub mod connection;
-pub mod consumer_protocol;
 pub mod frame;
 pub mod out_frame;
 mod read_buffer;

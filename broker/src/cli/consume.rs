@@ -17,23 +17,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::{Buf, Bytes};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest};
+use client::blocking::Cluster;
+use client::fetch::{fetch_request, FetchLimits, BATCH_HEADER_BYTES};
+use client::member::{Heartbeat, Member, MemberConfig};
+use client::offsets::{self, TopicPartition, EARLIEST, LATEST};
+use client::{check, code_of, TopicInfo};
 use kafka_protocol::records::RecordBatchDecoder;
 
-use super::client::{topic_name, Cluster, TopicInfo};
-use super::error::{check, code_of};
 use super::format::{ConsoleLayout, Format};
-use super::member::{Heartbeat, Member, MemberConfig};
-use super::offsets::{self, TopicPartition, EARLIEST, LATEST};
 use super::Connect;
 
 const FETCH_WAIT_MS_MAX: i32 = 500;
 const FETCH_BYTES_MAX: i32 = 16 * 1024 * 1024;
 const PARTITION_FETCH_BYTES_MAX: i32 = 1024 * 1024;
 const AUTO_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
-/// Bytes of a v2 batch header before its records; the last offset delta sits at 23.
-const BATCH_HEADER_BYTES: usize = 61;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 #[derive(clap::Args, Debug)]
@@ -129,7 +126,7 @@ struct Consumer<'a, W: Write> {
 
 pub fn run(args: ConsumeArgs, out: &mut impl Write) -> Result<u64> {
     catch_interrupts();
-    let mut cluster = Cluster::connect(&args.connect.bootstrap_server)?;
+    let mut cluster = args.connect.cluster()?;
     let topic = cluster.topic(&args.topic)?;
     let format = match (&args.format, args.print_key) {
         (Some(format), _) => Format::parse(format)?,
@@ -189,7 +186,9 @@ fn consume_in_group<W: Write>(
     idle: Option<Duration>,
 ) -> Result<()> {
     let config = MemberConfig::new(group, vec![consumer.topic.name.clone()]);
-    let mut member = Member::join(&mut consumer.cluster, config)?;
+    let mut member = consumer
+        .cluster
+        .run(async |cluster| Member::join(cluster, config).await)?;
     let outcome = (|| -> Result<()> {
         loop {
             consumer.assign(&mut member)?;
@@ -198,12 +197,16 @@ fn consume_in_group<W: Write>(
             // already reported; rejoining (or leaving) is right either way.
             consumer.commit(&mut member)?;
             match stop {
-                None => member.rejoin(&mut consumer.cluster)?,
+                None => consumer
+                    .cluster
+                    .run(async |cluster| member.rejoin(cluster).await)?,
                 Some(_) => return Ok(()),
             }
         }
     })();
-    let left = member.leave(&mut consumer.cluster);
+    let left = consumer
+        .cluster
+        .run(async |cluster| member.leave(cluster).await);
     outcome.and(left)
 }
 
@@ -216,7 +219,9 @@ impl<W: Write> Consumer<'_, W> {
             .get(&self.topic.name)
             .cloned()
             .unwrap_or_default();
-        let committed = member.committed(&mut self.cluster)?;
+        let committed = self
+            .cluster
+            .run(async |cluster| member.committed(cluster).await)?;
         self.positions.clear();
         let mut uncommitted = Vec::new();
         for partition in partitions {
@@ -244,7 +249,10 @@ impl<W: Write> Consumer<'_, W> {
         if partitions.is_empty() {
             return Ok(());
         }
-        let offsets = offsets::log_offsets(&mut self.cluster, &self.topic, partitions, which)?;
+        let topic = &self.topic;
+        let offsets = self
+            .cluster
+            .run(async |cluster| offsets::log_offsets(cluster, topic, partitions, which).await)?;
         self.positions.extend(offsets);
         Ok(())
     }
@@ -258,7 +266,10 @@ impl<W: Write> Consumer<'_, W> {
             .iter()
             .map(|(partition, offset)| ((self.topic.name.clone(), *partition), *offset))
             .collect();
-        match member.commit(&mut self.cluster, &positions) {
+        match self
+            .cluster
+            .run(async |cluster| member.commit(cluster, &positions).await)
+        {
             Ok(()) => Ok(true),
             Err(error) if is_fenced(&error) => {
                 eprintln!("WARN offsets not committed: {error:#}");
@@ -291,7 +302,10 @@ impl<W: Write> Consumer<'_, W> {
             }
             if let Some(member) = member.as_deref_mut() {
                 if member.heartbeat_due()
-                    && member.heartbeat(&mut self.cluster)? == Heartbeat::Rebalance
+                    && self
+                        .cluster
+                        .run(async |cluster| member.heartbeat(cluster).await)?
+                        == Heartbeat::Rebalance
                 {
                     return Ok(None);
                 }
@@ -349,27 +363,19 @@ impl<W: Write> Consumer<'_, W> {
                 self.topic = self.cluster.topic(&self.topic.name)?;
                 continue;
             }
-            let connection = self.cluster.broker(leader)?;
-            let version = connection.version::<FetchRequest>()?;
-            let request = FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(wait_ms)
-                .with_min_bytes(1)
-                .with_max_bytes(FETCH_BYTES_MAX)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(topic_name(&self.topic.name))
-                    .with_partitions(
-                        partitions
-                            .iter()
-                            .map(|(partition, offset)| {
-                                FetchPartition::default()
-                                    .with_partition(*partition)
-                                    .with_fetch_offset(*offset)
-                                    .with_partition_max_bytes(PARTITION_FETCH_BYTES_MAX)
-                            })
-                            .collect(),
-                    )]);
-            let response = connection.call_at(version, &request)?;
+            let request = fetch_request(
+                &self.topic.name,
+                &partitions,
+                FetchLimits {
+                    max_wait_ms: wait_ms,
+                    max_bytes: FETCH_BYTES_MAX,
+                    partition_max_bytes: PARTITION_FETCH_BYTES_MAX,
+                },
+            );
+            let response = self
+                .cluster
+                .broker(leader)?
+                .run(async |connection| connection.call(&request).await)?;
             check(response.error_code, None, || {
                 format!("fetch from {}", self.topic.name)
             })?;

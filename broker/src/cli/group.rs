@@ -19,16 +19,17 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::client::Cluster;
-use super::error::{check, code_of};
-use super::offsets::{self, TopicPartition, ADMIN, EARLIEST, LATEST};
+use client::blocking::Cluster;
+use client::consumer_protocol::{decode_assignment, PROTOCOL_TYPE};
+use client::offsets::{self, TopicPartition, ADMIN, EARLIEST, LATEST};
+use client::{check, code_of};
+
 use super::reset_offsets::{
     lookup_time, parse_datetime, parse_duration_ms, parse_topic_selection, plan, PartitionOffsets,
     Target,
 };
 use super::table::Table;
 use super::Connect;
-use net::consumer_protocol::{decode_assignment, PROTOCOL_TYPE};
 
 #[derive(clap::Args, Debug)]
 pub struct GroupArgs {
@@ -109,7 +110,7 @@ impl ResetArgs {
 }
 
 pub fn run(args: GroupArgs, out: &mut impl Write, err: &mut impl Write) -> Result<()> {
-    let mut cluster = Cluster::connect(&args.connect.bootstrap_server)?;
+    let mut cluster = args.connect.cluster()?;
     match args.command {
         GroupCommand::List => {
             for group in list(&mut cluster)? {
@@ -133,7 +134,7 @@ pub fn run(args: GroupArgs, out: &mut impl Write, err: &mut impl Write) -> Resul
 pub fn list(cluster: &mut Cluster) -> Result<BTreeSet<String>> {
     let mut groups = BTreeSet::new();
     for broker in cluster.broker_ids() {
-        let connection = cluster.broker(broker)?;
+        let mut connection = cluster.broker(broker)?;
         let version = connection.version::<ListGroupsRequest>()?;
         let response = connection.call_at(version, &ListGroupsRequest::default())?;
         check(response.error_code, None, || {
@@ -149,7 +150,7 @@ fn describe_group(
     coordinator: i32,
     group: &str,
 ) -> Result<DescribeGroupsResponse> {
-    let connection = cluster.broker(coordinator)?;
+    let mut connection = cluster.broker(coordinator)?;
     let version = connection.version::<DescribeGroupsRequest>()?;
     let request = DescribeGroupsRequest::default()
         .with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
@@ -213,9 +214,11 @@ pub fn describe(cluster: &mut Cluster, group: &str, out: &mut impl Write) -> Res
             },
         })
         .collect();
-    let coordinator_address = format!("{} ({coordinator})", cluster.broker(coordinator)?.address);
+    let coordinator_address = format!("{} ({coordinator})", cluster.broker(coordinator)?.address());
     let committed = at_coordinator(cluster, group, |cluster, coordinator| {
-        offsets::committed(cluster.broker(coordinator)?, group, None)
+        cluster
+            .broker(coordinator)?
+            .run(async |c| offsets::committed(c, group, None).await)
     })?;
     let mut partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
     for (topic, partition) in committed.keys() {
@@ -239,7 +242,10 @@ pub fn describe(cluster: &mut Cluster, group: &str, out: &mut impl Write) -> Res
             continue;
         };
         let partitions: Vec<i32> = partitions.into_iter().collect();
-        for (partition, offset) in offsets::log_offsets(cluster, &info, &partitions, LATEST)? {
+        let (info, partitions) = (&info, &partitions[..]);
+        let latest =
+            cluster.run(async |c| offsets::log_offsets(c, info, partitions, LATEST).await)?;
+        for (partition, offset) in latest {
             log_end.insert((topic.clone(), partition), offset);
         }
     }
@@ -365,7 +371,7 @@ pub fn describe_tables(view: &GroupView) -> [Table; 3] {
 
 pub fn delete(cluster: &mut Cluster, group: &str) -> Result<()> {
     at_coordinator(cluster, group, |cluster, coordinator| {
-        let connection = cluster.broker(coordinator)?;
+        let mut connection = cluster.broker(coordinator)?;
         let version = connection.version::<DeleteGroupsRequest>()?;
         let request = DeleteGroupsRequest::default()
             .with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]);
@@ -431,7 +437,9 @@ pub fn reset_offsets(
     })?;
     refuse_active(group, response.groups[0].group_state.as_str())?;
     let committed = at_coordinator(cluster, group, |cluster, coordinator| {
-        offsets::committed(cluster.broker(coordinator)?, group, None)
+        cluster
+            .broker(coordinator)?
+            .run(async |c| offsets::committed(c, group, None).await)
     })?;
 
     // Which partitions: the named topics (all or some partitions), or every committed one.
@@ -464,10 +472,14 @@ pub fn reset_offsets(
         partitions.sort_unstable();
         partitions.dedup();
         let info = cluster.topic(&topic)?;
-        let earliest = offsets::log_offsets(cluster, &info, &partitions, EARLIEST)?;
-        let latest = offsets::log_offsets(cluster, &info, &partitions, LATEST)?;
+        let (info, wanted) = (&info, &partitions[..]);
+        let earliest =
+            cluster.run(async |c| offsets::log_offsets(c, info, wanted, EARLIEST).await)?;
+        let latest = cluster.run(async |c| offsets::log_offsets(c, info, wanted, LATEST).await)?;
         let at_time = match lookup_time(target, now_ms) {
-            Some(time) => offsets::list_offsets(cluster, &info, &partitions, time)?,
+            Some(time) => {
+                cluster.run(async |c| offsets::list_offsets(c, info, wanted, time).await)?
+            }
             None => BTreeMap::new(),
         };
         for partition in partitions {
@@ -487,7 +499,9 @@ pub fn reset_offsets(
     }
     if args.execute {
         at_coordinator(cluster, group, |cluster, coordinator| {
-            offsets::commit(cluster.broker(coordinator)?, group, &ADMIN, &planned)
+            cluster
+                .broker(coordinator)?
+                .run(async |c| offsets::commit(c, group, &ADMIN, &planned).await)
         })?;
     }
     write_plan(out, group, &planned)?;

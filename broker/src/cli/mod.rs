@@ -1,7 +1,8 @@
 //! The command-line tools: `ringlog topic`, `produce`, `consume` and `group`, Kafka's
 //! kafka-topics, kafka-console-producer, kafka-console-consumer and kafka-consumer-groups
-//! in one binary. They speak only the Kafka protocol ([`client`]), so they work against any
-//! Kafka-compatible broker, Apache Kafka included.
+//! in one binary. They speak only the Kafka protocol, through the `client` crate's blocking
+//! wrapper ([`client::blocking`]), so they work against any Kafka-compatible broker, Apache
+//! Kafka included.
 //!
 //! Invariants:
 //! - Each command writes its results to the given output and returns an error instead of
@@ -9,15 +10,9 @@
 //!   non-zero.
 //! - No command keeps state between runs; positions live in the broker (committed offsets).
 
-pub mod client;
 pub mod consume;
-pub mod error;
-#[cfg(test)]
-mod fake_broker;
 pub mod format;
 pub mod group;
-pub mod member;
-pub mod offsets;
 pub mod partitioner;
 pub mod produce;
 pub mod reset_offsets;
@@ -30,4 +25,14 @@ pub struct Connect {
     /// host:port of one or more brokers, comma-separated.
     #[arg(long, global = true, default_value = "127.0.0.1:9092")]
     pub bootstrap_server: String,
+}
+
+/// The client id the tools send in every request header.
+pub const CLIENT_ID: &str = "ringlog-cli";
+
+impl Connect {
+    /// Connects to the first reachable bootstrap server.
+    pub fn cluster(&self) -> anyhow::Result<client::blocking::Cluster> {
+        client::blocking::Cluster::connect(&self.bootstrap_server, CLIENT_ID)
+    }
 }

@@ -24,14 +24,17 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest};
+use kafka_protocol::messages::ProduceRequest;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use super::client::{topic_name, Cluster, TopicInfo};
-use super::error::{check, code_of};
+use client::admin::{self, ProducerIdentity};
+use client::blocking::Cluster;
+use client::error::codes;
+use client::{check, code_of, topic_name, TopicInfo};
+
 use super::partitioner::Partitioner;
 use super::topic::parse_setting;
 use super::Connect;
@@ -132,7 +135,7 @@ struct Pending {
 }
 
 pub fn run(args: ProduceArgs, input: impl Read + Send + 'static) -> Result<u64> {
-    let mut cluster = Cluster::connect(&args.connect.bootstrap_server)?;
+    let mut cluster = args.connect.cluster()?;
     let topic = cluster.topic(&args.topic)?;
     let partitions = topic.partitions.len() as u32;
     if partitions == 0 {
@@ -261,32 +264,16 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// An idempotent producer's identity, from InitProducerId.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ProducerIdentity {
-    id: i64,
-    epoch: i16,
-}
-
 /// A producer id from the bootstrap broker; `None` (plain batches) when it does not offer
 /// InitProducerId.
 fn init_producer_id(cluster: &mut Cluster) -> Result<Option<ProducerIdentity>> {
-    let connection = cluster.any();
-    if !connection.supports::<InitProducerIdRequest>() {
+    let identity = cluster
+        .any()
+        .run(async |connection| admin::init_producer_id(connection).await)?;
+    if identity.is_none() {
         tracing::warn!("the broker offers no InitProducerId: producing without idempotence");
-        return Ok(None);
     }
-    let version = connection.version::<InitProducerIdRequest>()?;
-    let request = InitProducerIdRequest::default()
-        // Null, not the codec's default of "": an empty transactional id is refused.
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000);
-    let answer = connection.call_at(version, &request)?;
-    check(answer.error_code, None, || "InitProducerId".to_string())?;
-    Ok(Some(ProducerIdentity {
-        id: answer.producer_id.0,
-        epoch: answer.producer_epoch,
-    }))
+    Ok(identity)
 }
 
 struct Sender {
@@ -378,8 +365,8 @@ impl Sender {
             let sent: Vec<i32> = partition_data.iter().map(|p| p.index).collect();
             let outcome = if leader < 0 {
                 let what = || format!("produce to {}", self.topic.name);
-                // LEADER_NOT_AVAILABLE: retriable, the metadata refresh may find one.
-                check(5, None, what).map_err(|error| (sent, error))
+                // Retriable: the metadata refresh may find one.
+                check(codes::LEADER_NOT_AVAILABLE, None, what).map_err(|error| (sent, error))
             } else {
                 let request = ProduceRequest::default()
                     .with_acks(self.acks)
@@ -401,11 +388,7 @@ impl Sender {
     }
 
     fn leader(&self, partition: i32) -> i32 {
-        self.topic
-            .partitions
-            .iter()
-            .find(|p| p.partition == partition)
-            .map_or(-1, |p| p.leader)
+        self.topic.leader(partition)
     }
 
     fn send_one(
@@ -414,13 +397,16 @@ impl Sender {
         request: &ProduceRequest,
         sent: Vec<i32>,
     ) -> Result<(), (Vec<i32>, anyhow::Error)> {
-        let answer = self.cluster.broker(leader).and_then(|connection| {
-            let version = connection.version::<ProduceRequest>()?;
-            if self.acks == 0 {
-                connection.send_at(version, request)?;
-                return Ok(None);
-            }
-            connection.call_at(version, request).map(Some)
+        let acks = self.acks;
+        let answer = self.cluster.broker(leader).and_then(|mut connection| {
+            connection.run(async |connection| {
+                let version = connection.version::<ProduceRequest>()?;
+                if acks == 0 {
+                    connection.send_at(version, request).await?;
+                    return Ok(None);
+                }
+                connection.call_at(version, request).await.map(Some)
+            })
         });
         let response = match answer {
             Ok(Some(response)) => response,
@@ -536,8 +522,8 @@ mod tests {
         use kafka_protocol::records::RecordBatchDecoder;
 
         use super::super::*;
-        use crate::cli::fake_broker::{api_versions, broker_entry, FakeBroker};
         use crate::cli::partitioner::partition_for_key;
+        use client::fake_broker::{api_versions, broker_entry, FakeBroker};
 
         const RANGES: &[(ApiKey, i16, i16)] = &[
             (ApiKey::ApiVersions, 0, 3),

@@ -9,26 +9,13 @@
 
 use std::io::Write;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::Subcommand;
-use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-};
-use kafka_protocol::protocol::StrBytes;
+use client::admin::{self, NewTopic};
+use client::blocking::Cluster;
+use client::TopicInfo;
 
-use super::client::{topic_name, Cluster, TopicInfo};
-use super::error::check;
 use super::Connect;
-
-/// DescribeConfigs resource type of a topic.
-const RESOURCE_TOPIC: i8 = 2;
-/// DescribeConfigs config source of a per-topic override.
-const SOURCE_DYNAMIC_TOPIC: i8 = 1;
-const ADMIN_TIMEOUT_MS: i32 = 30_000;
 
 #[derive(clap::Args, Debug)]
 pub struct TopicArgs {
@@ -71,7 +58,7 @@ pub enum TopicCommand {
 }
 
 pub fn run(args: TopicArgs, out: &mut impl Write) -> Result<()> {
-    let mut cluster = Cluster::connect(&args.connect.bootstrap_server)?;
+    let mut cluster = args.connect.cluster()?;
     match args.command {
         TopicCommand::Create {
             name,
@@ -124,103 +111,29 @@ pub fn create(
     replication_factor: Option<i16>,
     configs: &[String],
 ) -> Result<()> {
-    let connection = cluster.any();
-    let version = connection.version::<CreateTopicsRequest>()?;
-    // Before v4 the broker defaults cannot be asked for with -1.
-    let default = if version >= 4 { -1 } else { 1 };
-    let mut topic = CreatableTopic::default()
-        .with_name(topic_name(name))
-        .with_num_partitions(partitions.unwrap_or(default))
-        .with_replication_factor(replication_factor.unwrap_or(default as i16));
+    let mut topic = NewTopic {
+        partitions,
+        replication_factor,
+        configs: Vec::new(),
+    };
     for setting in configs {
         let (key, value) = parse_setting(setting)?;
-        topic.configs.push(
-            CreatableTopicConfig::default()
-                .with_name(StrBytes::from_string(key.to_string()))
-                .with_value(Some(StrBytes::from_string(value.to_string()))),
-        );
+        topic.configs.push((key.to_string(), value.to_string()));
     }
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![topic])
-        .with_timeout_ms(ADMIN_TIMEOUT_MS);
-    let response = connection.call_at(version, &request)?;
-    let result = response
-        .topics
-        .first()
-        .ok_or_else(|| anyhow!("CreateTopics answered for no topic"))?;
-    check(result.error_code, result.error_message.as_ref(), || {
-        format!("create topic {name}")
-    })
+    cluster.run(async |c| admin::create_topic(c, name, &topic).await)
 }
 
 pub fn delete(cluster: &mut Cluster, name: &str) -> Result<()> {
-    let connection = cluster.any();
-    let version = connection.version::<DeleteTopicsRequest>()?;
-    let mut request = DeleteTopicsRequest::default().with_timeout_ms(ADMIN_TIMEOUT_MS);
-    if version >= 6 {
-        request.topics = vec![DeleteTopicState::default().with_name(Some(topic_name(name)))];
-    } else {
-        request.topic_names = vec![topic_name(name)];
-    }
-    let response = connection.call_at(version, &request)?;
-    let result = response
-        .responses
-        .first()
-        .ok_or_else(|| anyhow!("DeleteTopics answered for no topic"))?;
-    check(result.error_code, result.error_message.as_ref(), || {
-        format!("delete topic {name}")
-    })
+    cluster.run(async |c| admin::delete_topic(c, name).await)
 }
 
 pub fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Result<()> {
-    let connection = cluster.any();
-    let version = connection.version::<CreatePartitionsRequest>()?;
-    let request = CreatePartitionsRequest::default()
-        .with_topics(vec![CreatePartitionsTopic::default()
-            .with_name(topic_name(name))
-            .with_count(count)])
-        .with_timeout_ms(ADMIN_TIMEOUT_MS);
-    let response = connection.call_at(version, &request)?;
-    let result = response
-        .results
-        .first()
-        .ok_or_else(|| anyhow!("CreatePartitions answered for no topic"))?;
-    check(result.error_code, result.error_message.as_ref(), || {
-        format!("add partitions to topic {name}")
-    })
+    cluster.run(async |c| admin::add_partitions(c, name, count).await)
 }
 
 /// The topic's settings that differ from the broker's defaults, sorted by name.
 pub fn overridden_configs(cluster: &mut Cluster, name: &str) -> Result<Vec<(String, String)>> {
-    let connection = cluster.any();
-    let version = connection.version::<DescribeConfigsRequest>()?;
-    let request =
-        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-            .with_resource_type(RESOURCE_TOPIC)
-            .with_resource_name(StrBytes::from_string(name.to_string()))]);
-    let response = connection.call_at(version, &request)?;
-    let result = response
-        .results
-        .first()
-        .ok_or_else(|| anyhow!("DescribeConfigs answered for no resource"))?;
-    check(result.error_code, result.error_message.as_ref(), || {
-        format!("describe configs of topic {name}")
-    })?;
-    let mut configs: Vec<(String, String)> = result
-        .configs
-        .iter()
-        .filter(|c| c.config_source == SOURCE_DYNAMIC_TOPIC)
-        .map(|c| {
-            let value = match (&c.value, c.is_sensitive) {
-                (_, true) => "(sensitive)".to_string(),
-                (Some(value), false) => value.to_string(),
-                (None, false) => "null".to_string(),
-            };
-            (c.name.to_string(), value)
-        })
-        .collect();
-    configs.sort();
-    Ok(configs)
+    cluster.run(async |c| admin::overridden_configs(c, name).await)
 }
 
 /// kafka-topics' describe layout: a topic line, then one line per partition.
@@ -281,7 +194,7 @@ pub fn kafka_uuid(id: &uuid::Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::client::PartitionInfo;
+    use client::PartitionInfo;
 
     #[test]
     fn settings_split_at_the_first_equals() {

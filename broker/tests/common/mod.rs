@@ -1,5 +1,6 @@
 //! Test harness: a real `ringlog` process on a free loopback port with its own data
-//! directory, and a minimal blocking Kafka client built on the `kafka-protocol` codecs.
+//! directory, and a minimal blocking Kafka client on the `client` crate's framing (raw
+//! frames too, for tests of what the node does with bad ones).
 //! Nodes start through [`launch`], which races nothing for their ports; a node's output
 //! goes to `node.log` in its directory and is printed when a test fails.
 
@@ -14,8 +15,9 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use client::frame::{api_key_of, decode_response_kind, encode_request_kind, frame_size};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
 
 /// A node started for one test; killed when dropped.
 pub struct Node {
@@ -157,25 +159,25 @@ impl Client {
 
     /// Sends `request` at `version` and decodes the answer; panics if the node closes.
     pub fn call(&mut self, version: i16, request: RequestKind) -> ResponseKind {
-        let api_key = api_key_of(&request);
+        let api_key = api_key_of(&request).expect("the harness frames this request");
         self.send(api_key, version, &request);
         self.receive(api_key, version)
     }
 
     pub fn send(&mut self, api_key: ApiKey, version: i16, request: &RequestKind) {
+        assert_eq!(api_key_of(request).ok(), Some(api_key), "{request:?}");
         self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api_key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("ringlog-tests")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, api_key.request_header_version(version))
-            .expect("header");
-        request.encode(&mut body, version).expect("request encodes");
+        let mut frame = BytesMut::new();
+        encode_request_kind(
+            &mut frame,
+            "ringlog-tests",
+            self.correlation_id,
+            version,
+            request,
+        )
+        .expect("request encodes");
         self.awaited.push_back(self.correlation_id);
-        self.send_raw(&body);
+        self.stream.write_all(&frame).expect("write");
     }
 
     /// Sends a request the node does not answer (Produce with acks=0).
@@ -184,6 +186,7 @@ impl Client {
         self.awaited.pop_back();
     }
 
+    /// Sends `body` (header and message, possibly malformed) behind a size prefix.
     pub fn send_raw(&mut self, body: &[u8]) {
         let mut frame = BytesMut::with_capacity(body.len() + 4);
         frame.put_i32(body.len() as i32);
@@ -192,24 +195,22 @@ impl Client {
     }
 
     pub fn receive(&mut self, api_key: ApiKey, version: i16) -> ResponseKind {
-        let mut frame = self.receive_frame().unwrap_or_else(|| {
+        let frame = self.receive_frame().unwrap_or_else(|| {
             panic!("the node closed the connection instead of answering {api_key:?} v{version}")
         });
-        let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(version))
-            .expect("response header");
+        let (correlation_id, response) =
+            decode_response_kind(frame, api_key, version).expect("response decodes");
         let expected = self.awaited.pop_front().expect("an answer was awaited");
-        assert_eq!(
-            header.correlation_id, expected,
-            "answers arrive in request order"
-        );
-        ResponseKind::decode(api_key, &mut frame, version).expect("response decodes")
+        assert_eq!(correlation_id, expected, "answers arrive in request order");
+        response
     }
 
     /// The next frame, or `None` when the node closed the connection.
     pub fn receive_frame(&mut self) -> Option<Bytes> {
         let mut length = [0u8; 4];
         self.stream.read_exact(&mut length).ok()?;
-        let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
+        let size = frame_size(length).expect("the node sent a frame of a sane size");
+        let mut body = vec![0u8; size];
         self.stream.read_exact(&mut body).ok()?;
         Some(Bytes::from(body))
     }
@@ -225,35 +226,6 @@ impl Client {
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("timeout");
         closed
-    }
-}
-
-fn api_key_of(request: &RequestKind) -> ApiKey {
-    match request {
-        RequestKind::Produce(_) => ApiKey::Produce,
-        RequestKind::Fetch(_) => ApiKey::Fetch,
-        RequestKind::ListOffsets(_) => ApiKey::ListOffsets,
-        RequestKind::Metadata(_) => ApiKey::Metadata,
-        RequestKind::ApiVersions(_) => ApiKey::ApiVersions,
-        RequestKind::CreateTopics(_) => ApiKey::CreateTopics,
-        RequestKind::DeleteTopics(_) => ApiKey::DeleteTopics,
-        RequestKind::DescribeConfigs(_) => ApiKey::DescribeConfigs,
-        RequestKind::CreatePartitions(_) => ApiKey::CreatePartitions,
-        RequestKind::DescribeCluster(_) => ApiKey::DescribeCluster,
-        RequestKind::FindCoordinator(_) => ApiKey::FindCoordinator,
-        RequestKind::JoinGroup(_) => ApiKey::JoinGroup,
-        RequestKind::SyncGroup(_) => ApiKey::SyncGroup,
-        RequestKind::Heartbeat(_) => ApiKey::Heartbeat,
-        RequestKind::LeaveGroup(_) => ApiKey::LeaveGroup,
-        RequestKind::OffsetCommit(_) => ApiKey::OffsetCommit,
-        RequestKind::OffsetFetch(_) => ApiKey::OffsetFetch,
-        RequestKind::ListGroups(_) => ApiKey::ListGroups,
-        RequestKind::DescribeGroups(_) => ApiKey::DescribeGroups,
-        RequestKind::DeleteGroups(_) => ApiKey::DeleteGroups,
-        RequestKind::OffsetDelete(_) => ApiKey::OffsetDelete,
-        RequestKind::InitProducerId(_) => ApiKey::InitProducerId,
-        RequestKind::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
-        other => panic!("the harness does not send {other:?}"),
     }
 }
 

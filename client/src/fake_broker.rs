@@ -1,7 +1,7 @@
-//! A scripted Kafka broker for the tools' unit tests: it decodes each request with the
-//! `kafka-protocol` codecs and answers with whatever the test's handler returns, so client
-//! logic (version branches, error handling, the group member's state machine) is tested
-//! against canned responses without a node.
+//! A scripted Kafka broker for unit tests of the client and its users: it decodes each
+//! request with the `kafka-protocol` codecs and answers with whatever the test's handler
+//! returns, so client logic (version branches, error handling, the group member's state
+//! machine) is tested against canned responses without a node.
 //!
 //! Invariants:
 //! - Every connection is served on its own thread; the handler is shared and called one
@@ -74,7 +74,10 @@ fn serve(
         if stream.read_exact(&mut size).is_err() {
             return;
         }
-        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        let Ok(size) = crate::frame::frame_size(size) else {
+            return;
+        };
+        let mut body = vec![0u8; size];
         if stream.read_exact(&mut body).is_err() {
             return;
         }

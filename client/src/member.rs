@@ -1,12 +1,16 @@
-//! A consumer-group member for `ringlog consume --group`: Kafka's classic protocol with the
-//! range assignor. Join (and, as leader, assign), sync, heartbeat, commit, leave.
+//! A consumer-group member: Kafka's classic protocol (eager rebalancing, range assignor).
+//! Find the coordinator, join (and, as leader, assign), sync, heartbeat, fetch and commit
+//! offsets, leave. `ringlog consume --group` and `ringlog-bench consume --group` both run it.
 //!
 //! Invariants:
 //! - The member owns partitions only between a successful SyncGroup and the next
 //!   rebalance; [`Member::heartbeat`] reports a rebalance so the caller commits what it
-//!   consumed (eager protocol) before rejoining.
+//!   consumed (eager protocol) before [`Member::rejoin`].
 //! - Subscriptions and assignments are Kafka's ConsumerProtocol bytes, and the leader
-//!   assigns with Java's range assignor ([`net::consumer_protocol`]).
+//!   assigns with Java's range assignor ([`crate::consumer_protocol`]), so the member can
+//!   share a group with any Kafka consumer.
+//! - Every request is built at the version negotiated with the coordinator; fields a version
+//!   lacks are left at their defaults, which the codec then omits.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,30 +22,26 @@ use kafka_protocol::messages::{
     GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use net::consumer_protocol::{
-    decode_assignment, encode_subscription, leader_assignments, PROTOCOL_TYPE, RANGE as ASSIGNOR,
+
+use crate::cluster::Cluster;
+use crate::consumer_protocol::{
+    decode_assignment, encode_subscription, leader_assignments, subscriptions, PROTOCOL_TYPE,
+    RANGE as ASSIGNOR,
 };
+use crate::error::{check, code_of, codes};
+use crate::offsets::{self, Committer, TopicPartition};
 
-use super::client::Cluster;
-use super::error::{check, code_of};
-use super::offsets::{self, Committer, TopicPartition};
-
-/// Kafka error codes the member reacts to.
-mod codes {
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-}
+/// Attempts of one join (coordinator moves, loading, rebalances) before giving up.
+const JOIN_ATTEMPTS_MAX: u32 = 30;
+/// How long to wait before asking again while the coordinator loads or moves.
+const COORDINATOR_RETRY: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Debug)]
 pub struct MemberConfig {
     pub group: String,
     pub topics: Vec<String>,
     pub session_timeout_ms: i32,
+    /// How long the coordinator waits for every member to rejoin (`max.poll.interval.ms`).
     pub rebalance_timeout_ms: i32,
     pub heartbeat_interval: Duration,
 }
@@ -58,16 +58,6 @@ impl MemberConfig {
     }
 }
 
-/// A joined member and the partitions it was assigned.
-pub struct Member {
-    pub config: MemberConfig,
-    pub coordinator: i32,
-    pub member_id: String,
-    pub generation_id: i32,
-    pub assignment: BTreeMap<String, Vec<i32>>,
-    last_heartbeat: Instant,
-}
-
 /// Whether the member still owns its assignment.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Heartbeat {
@@ -75,13 +65,29 @@ pub enum Heartbeat {
     Rebalance,
 }
 
-/// Attempts of one join (coordinator moves, loading, rebalances) before giving up.
-const JOIN_ATTEMPTS_MAX: u32 = 30;
+/// Whether a failed call means the member lost its generation and must join again.
+pub fn must_rejoin(error: &anyhow::Error) -> bool {
+    matches!(
+        code_of(error),
+        Some(codes::ILLEGAL_GENERATION | codes::UNKNOWN_MEMBER_ID | codes::REBALANCE_IN_PROGRESS)
+    )
+}
+
+/// A joined member and the partitions it was assigned.
+pub struct Member {
+    pub config: MemberConfig,
+    pub coordinator: i32,
+    pub member_id: String,
+    pub generation_id: i32,
+    /// Topic → partitions, sorted; empty when the group has more members than partitions.
+    pub assignment: BTreeMap<String, Vec<i32>>,
+    last_heartbeat: Instant,
+}
 
 impl Member {
     /// Finds the coordinator and joins the group until this member has an assignment.
-    pub fn join(cluster: &mut Cluster, config: MemberConfig) -> Result<Member> {
-        let coordinator = cluster.coordinator(&config.group)?;
+    pub async fn join(cluster: &mut Cluster, config: MemberConfig) -> Result<Member> {
+        let coordinator = cluster.coordinator(&config.group).await?;
         let mut member = Member {
             config,
             coordinator,
@@ -90,15 +96,15 @@ impl Member {
             assignment: BTreeMap::new(),
             last_heartbeat: Instant::now(),
         };
-        member.rejoin(cluster)?;
+        member.rejoin(cluster).await?;
         Ok(member)
     }
 
     /// Joins again after a rebalance, a fenced generation or a coordinator move.
-    pub fn rejoin(&mut self, cluster: &mut Cluster) -> Result<()> {
+    pub async fn rejoin(&mut self, cluster: &mut Cluster) -> Result<()> {
         self.assignment.clear();
         for _ in 0..JOIN_ATTEMPTS_MAX {
-            match self.join_and_sync(cluster) {
+            match self.join_and_sync(cluster).await {
                 Ok(()) => {
                     self.last_heartbeat = Instant::now();
                     return Ok(());
@@ -107,11 +113,11 @@ impl Member {
                     Some(codes::UNKNOWN_MEMBER_ID) => self.member_id.clear(),
                     Some(codes::ILLEGAL_GENERATION) | Some(codes::REBALANCE_IN_PROGRESS) => {}
                     Some(codes::COORDINATOR_LOAD_IN_PROGRESS) => {
-                        std::thread::sleep(Duration::from_millis(200))
+                        glommio::timer::sleep(COORDINATOR_RETRY).await
                     }
                     Some(codes::COORDINATOR_NOT_AVAILABLE) | Some(codes::NOT_COORDINATOR) => {
-                        std::thread::sleep(Duration::from_millis(200));
-                        self.coordinator = cluster.coordinator(&self.config.group)?;
+                        glommio::timer::sleep(COORDINATOR_RETRY).await;
+                        self.coordinator = cluster.coordinator(&self.config.group).await?;
                     }
                     _ => return Err(error),
                 },
@@ -127,10 +133,11 @@ impl Member {
         GroupId(StrBytes::from_string(self.config.group.clone()))
     }
 
-    fn join_and_sync(&mut self, cluster: &mut Cluster) -> Result<()> {
+    async fn join_and_sync(&mut self, cluster: &mut Cluster) -> Result<()> {
         let subscription = encode_subscription(&self.config.topics)?;
         let rebalance_timeout = Duration::from_millis(self.config.rebalance_timeout_ms as u64);
-        let connection = cluster.broker(self.coordinator)?;
+        let timeout = rebalance_timeout + Duration::from_secs(5);
+        let connection = cluster.broker(self.coordinator).await?;
         let version = connection.version::<JoinGroupRequest>()?;
         let mut request = JoinGroupRequest::default()
             .with_group_id(self.group_id())
@@ -143,15 +150,18 @@ impl Member {
         if version >= 1 {
             request.rebalance_timeout_ms = self.config.rebalance_timeout_ms;
         }
-        let timeout = rebalance_timeout + Duration::from_secs(5);
-        let mut joined = connection.call_with_timeout(version, &request, timeout)?;
+        let mut joined = connection
+            .call_with_timeout(version, &request, timeout)
+            .await?;
         if joined.error_code == codes::MEMBER_ID_REQUIRED {
             // KIP-394: the coordinator names the member; join again under that id.
             self.member_id = joined.member_id.to_string();
             request.member_id = joined.member_id.clone();
-            joined = connection.call_with_timeout(version, &request, timeout)?;
+            joined = connection
+                .call_with_timeout(version, &request, timeout)
+                .await?;
         }
-        let group = &self.config.group;
+        let group = self.config.group.clone();
         check(joined.error_code, None, || format!("join group {group}"))?;
         self.member_id = joined.member_id.to_string();
         self.generation_id = joined.generation_id;
@@ -161,16 +171,24 @@ impl Member {
         }
 
         let assignments = if joined.leader == joined.member_id {
-            leader_assignments(&joined.members, |topic| {
-                cluster
-                    .topic(topic)
-                    .map_or(0, |t| t.partitions.len() as i32)
-            })?
+            let subscribed = subscriptions(&joined.members)?;
+            let mut counts = BTreeMap::new();
+            for topic in subscribed.values().flatten() {
+                if !counts.contains_key(topic) {
+                    // A topic that does not exist (yet) has nothing to assign.
+                    let count = match cluster.topic(topic).await {
+                        Ok(info) => info.partitions.len() as i32,
+                        Err(_) => 0,
+                    };
+                    counts.insert(topic.clone(), count);
+                }
+            }
+            leader_assignments(&subscribed, |topic| counts.get(topic).copied().unwrap_or(0))?
         } else {
             Vec::new()
         };
 
-        let connection = cluster.broker(self.coordinator)?;
+        let connection = cluster.broker(self.coordinator).await?;
         let version = connection.version::<SyncGroupRequest>()?;
         let mut request = SyncGroupRequest::default()
             .with_group_id(self.group_id())
@@ -181,10 +199,17 @@ impl Member {
             request.protocol_type = Some(StrBytes::from_static_str(PROTOCOL_TYPE));
             request.protocol_name = Some(StrBytes::from_static_str(ASSIGNOR));
         }
-        let synced = connection.call_with_timeout(version, &request, timeout)?;
+        let synced = connection
+            .call_with_timeout(version, &request, timeout)
+            .await?;
         check(synced.error_code, None, || format!("sync group {group}"))?;
         self.assignment = decode_assignment(synced.assignment)?;
         Ok(())
+    }
+
+    /// This member's partitions of `topic`, sorted.
+    pub fn partitions(&self, topic: &str) -> Vec<i32> {
+        self.assignment.get(topic).cloned().unwrap_or_default()
     }
 
     pub fn heartbeat_due(&self) -> bool {
@@ -192,14 +217,14 @@ impl Member {
     }
 
     /// Tells the coordinator this member is alive; `Rebalance` when it must rejoin.
-    pub fn heartbeat(&mut self, cluster: &mut Cluster) -> Result<Heartbeat> {
-        let connection = cluster.broker(self.coordinator)?;
+    pub async fn heartbeat(&mut self, cluster: &mut Cluster) -> Result<Heartbeat> {
+        let connection = cluster.broker(self.coordinator).await?;
         let version = connection.version::<HeartbeatRequest>()?;
         let request = HeartbeatRequest::default()
             .with_group_id(self.group_id())
             .with_generation_id(self.generation_id)
             .with_member_id(StrBytes::from_string(self.member_id.clone()));
-        let response = connection.call_at(version, &request)?;
+        let response = connection.call_at(version, &request).await?;
         self.last_heartbeat = Instant::now();
         match response.error_code {
             0 => Ok(Heartbeat::Fine),
@@ -209,7 +234,7 @@ impl Member {
                 Ok(Heartbeat::Rebalance)
             }
             codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR => {
-                self.coordinator = cluster.coordinator(&self.config.group)?;
+                self.coordinator = cluster.coordinator(&self.config.group).await?;
                 Ok(Heartbeat::Rebalance)
             }
             code => check(code, None, || {
@@ -220,21 +245,25 @@ impl Member {
     }
 
     /// The group's committed offsets for this member's assignment.
-    pub fn committed(&mut self, cluster: &mut Cluster) -> Result<BTreeMap<TopicPartition, i64>> {
+    pub async fn committed(
+        &mut self,
+        cluster: &mut Cluster,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
         let topics: Vec<(String, Vec<i32>)> = self
             .assignment
             .iter()
+            .filter(|(_, partitions)| !partitions.is_empty())
             .map(|(topic, partitions)| (topic.clone(), partitions.clone()))
             .collect();
         if topics.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let connection = cluster.broker(self.coordinator)?;
-        offsets::committed(connection, &self.config.group, Some(&topics))
+        let connection = cluster.broker(self.coordinator).await?;
+        offsets::committed(connection, &self.config.group, Some(&topics)).await
     }
 
     /// Commits `positions` (the next offset to read per partition) for this generation.
-    pub fn commit(
+    pub async fn commit(
         &mut self,
         cluster: &mut Cluster,
         positions: &BTreeMap<TopicPartition, i64>,
@@ -243,16 +272,16 @@ impl Member {
             generation_id: self.generation_id,
             member_id: &self.member_id,
         };
-        let connection = cluster.broker(self.coordinator)?;
-        offsets::commit(connection, &self.config.group, &committer, positions)
+        let connection = cluster.broker(self.coordinator).await?;
+        offsets::commit(connection, &self.config.group, &committer, positions).await
     }
 
     /// Leaves the group so its partitions move to the others at once.
-    pub fn leave(&mut self, cluster: &mut Cluster) -> Result<()> {
+    pub async fn leave(&mut self, cluster: &mut Cluster) -> Result<()> {
         if self.member_id.is_empty() {
             return Ok(());
         }
-        let connection = cluster.broker(self.coordinator)?;
+        let connection = cluster.broker(self.coordinator).await?;
         let version = connection.version::<LeaveGroupRequest>()?;
         let mut request = LeaveGroupRequest::default().with_group_id(self.group_id());
         let member_id = StrBytes::from_string(self.member_id.clone());
@@ -261,7 +290,7 @@ impl Member {
         } else {
             request.member_id = member_id;
         }
-        let response = connection.call_at(version, &request)?;
+        let response = connection.call_at(version, &request).await?;
         let group = &self.config.group;
         check(response.error_code, None, || format!("leave group {group}"))?;
         for member in &response.members {
@@ -298,7 +327,8 @@ mod tests {
         use kafka_protocol::protocol::StrBytes;
 
         use super::super::*;
-        use crate::cli::fake_broker::{api_versions, broker_entry, FakeBroker};
+        use crate::consumer_protocol::decode_subscription;
+        use crate::fake_broker::{api_versions, broker_entry, FakeBroker};
 
         /// One OffsetCommit: generation, member id, (topic, partition, offset)s.
         type Commit = (i32, String, Vec<(String, i32, i64)>);
@@ -364,10 +394,8 @@ mod tests {
                     ResponseKind::FindCoordinator(response)
                 }
                 RequestKind::JoinGroup(request) => {
-                    let topics = net::consumer_protocol::decode_subscription(
-                        request.protocols[0].metadata.clone(),
-                    )
-                    .unwrap();
+                    let topics =
+                        decode_subscription(request.protocols[0].metadata.clone()).unwrap();
                     seen.joins.push((
                         request.member_id.to_string(),
                         request.rebalance_timeout_ms,
@@ -504,29 +532,32 @@ mod tests {
             let fake = FakeBroker::start(Box::new(move |request, version, port| {
                 answer(&seen_by_fake, request, version, port, ranges)
             }));
-            let mut cluster = Cluster::connect(&fake.address()).unwrap();
-            let config = MemberConfig::new("g1", vec!["orders".to_string()]);
-            let mut member = Member::join(&mut cluster, config).unwrap();
-            assert_eq!(member.member_id, "m-1");
-            assert_eq!(member.generation_id, 1);
+            crate::blocking::run(async {
+                let mut cluster = Cluster::connect(&fake.address(), "test").await.unwrap();
+                let config = MemberConfig::new("g1", vec!["orders".to_string()]);
+                let mut member = Member::join(&mut cluster, config).await.unwrap();
+                assert_eq!(member.member_id, "m-1");
+                assert_eq!(member.generation_id, 1);
+                let mine: BTreeMap<String, Vec<i32>> = [("orders".to_string(), vec![0, 1])].into();
+                assert_eq!(member.assignment, mine);
+
+                let committed = member.committed(&mut cluster).await.unwrap();
+                assert_eq!(committed, [(("orders".to_string(), 0), 5)].into());
+                let positions = [
+                    (("orders".to_string(), 0), 7),
+                    (("orders".to_string(), 1), 3),
+                ]
+                .into();
+                member.commit(&mut cluster, &positions).await.unwrap();
+                assert_eq!(
+                    member.heartbeat(&mut cluster).await.unwrap(),
+                    Heartbeat::Rebalance
+                );
+                member.leave(&mut cluster).await.unwrap();
+                assert!(member.member_id.is_empty());
+            })
+            .unwrap();
             let mine: BTreeMap<String, Vec<i32>> = [("orders".to_string(), vec![0, 1])].into();
-            assert_eq!(member.assignment, mine);
-
-            let committed = member.committed(&mut cluster).unwrap();
-            assert_eq!(committed, [(("orders".to_string(), 0), 5)].into());
-            let positions = [
-                (("orders".to_string(), 0), 7),
-                (("orders".to_string(), 1), 3),
-            ]
-            .into();
-            member.commit(&mut cluster, &positions).unwrap();
-            assert_eq!(
-                member.heartbeat(&mut cluster).unwrap(),
-                Heartbeat::Rebalance
-            );
-            member.leave(&mut cluster).unwrap();
-            assert!(member.member_id.is_empty());
-
             {
                 let seen = seen.lock().unwrap();
                 assert_eq!(seen.assignments["m-1"], mine);

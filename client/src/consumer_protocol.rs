@@ -1,6 +1,7 @@
 //! Kafka's ConsumerProtocol, the bytes consumer-group members exchange through the group
 //! coordinator (JoinGroup metadata and SyncGroup assignments), and the range assignor that
-//! turns subscriptions into assignments. The coordinator never reads these bytes; clients do.
+//! turns subscriptions into assignments. The coordinator never reads these bytes; members
+//! ([`crate::member`]) and admin tools that describe a group do.
 //!
 //! Invariants:
 //! - Both structs are written as a big-endian i16 version followed by the struct at that
@@ -29,27 +30,32 @@ pub const RANGE: &str = "range";
 /// ConsumerProtocol version written: v0 is understood by every consumer.
 const VERSION_WRITTEN: i16 = 0;
 
-/// The group leader's work between JoinGroup and SyncGroup: decode every member's
-/// subscription, assign with [`range_assign`], and encode one assignment per member.
-/// `partition_count(topic)` is the topic's partition count (0 when it does not exist: a
-/// topic that does not exist yet simply has nothing to assign).
-pub fn leader_assignments(
-    members: &[JoinGroupResponseMember],
-    mut partition_count: impl FnMut(&str) -> i32,
-) -> Result<Vec<SyncGroupRequestAssignment>> {
+/// Member id → subscribed topics, decoded from JoinGroup's member list.
+pub fn subscriptions(members: &[JoinGroupResponseMember]) -> Result<BTreeMap<String, Vec<String>>> {
     let mut subscriptions = BTreeMap::new();
     for member in members {
         let topics = decode_subscription(member.metadata.clone())
             .with_context(|| format!("subscription of member {}", member.member_id))?;
         subscriptions.insert(member.member_id.to_string(), topics);
     }
+    Ok(subscriptions)
+}
+
+/// The group leader's work between JoinGroup and SyncGroup: assign `subscriptions` (from
+/// [`subscriptions`]) with [`range_assign`], and encode one assignment per member.
+/// `partition_count(topic)` is the topic's partition count (0 when it does not exist: a
+/// topic that does not exist yet simply has nothing to assign).
+pub fn leader_assignments(
+    subscriptions: &BTreeMap<String, Vec<String>>,
+    mut partition_count: impl FnMut(&str) -> i32,
+) -> Result<Vec<SyncGroupRequestAssignment>> {
     let mut counts = BTreeMap::new();
     for topic in subscriptions.values().flatten() {
         if !counts.contains_key(topic) {
             counts.insert(topic.clone(), partition_count(topic));
         }
     }
-    range_assign(&subscriptions, &counts)
+    range_assign(subscriptions, &counts)
         .iter()
         .map(|(member_id, assignment)| {
             Ok(SyncGroupRequestAssignment::default()
@@ -84,9 +90,8 @@ pub fn range_assign(
             let i = i as i32;
             let start = per_member * i + i.min(extra);
             let length = per_member + i32::from(i < extra);
-            if length > 0 {
-                // Every subscriber got an entry when the plan was created.
-                let assigned = plan.get_mut(member).expect("member in plan");
+            // Every subscriber got an entry when the plan was created.
+            if let Some(assigned) = plan.get_mut(member).filter(|_| length > 0) {
                 assigned.insert(topic.clone(), (start..start + length).collect());
             }
         }
@@ -240,7 +245,8 @@ mod tests {
                 .with_metadata(encode_subscription(&topics).unwrap())
         };
         let members = [member("b", &["t"]), member("a", &["t", "missing"])];
-        let sync = leader_assignments(&members, |t| if t == "t" { 3 } else { 0 }).unwrap();
+        let subscribed = super::subscriptions(&members).unwrap();
+        let sync = leader_assignments(&subscribed, |t| if t == "t" { 3 } else { 0 }).unwrap();
         let got: BTreeMap<String, BTreeMap<String, Vec<i32>>> = sync
             .into_iter()
             .map(|a| {
@@ -253,7 +259,7 @@ mod tests {
         assert_eq!(got["a"], BTreeMap::from([("t".to_string(), vec![0, 1])]));
         assert_eq!(got["b"], BTreeMap::from([("t".to_string(), vec![2])]));
         let garbled = [JoinGroupResponseMember::default().with_metadata(Bytes::from_static(&[9]))];
-        assert!(leader_assignments(&garbled, |_| 1).is_err());
+        assert!(super::subscriptions(&garbled).is_err());
     }
 
     #[test]
@@ -266,5 +272,13 @@ mod tests {
         subscription.encode(&mut bytes, 1).unwrap();
         assert_eq!(decode_subscription(bytes.freeze()).unwrap(), ["orders"]);
         assert!(decode_subscription(Bytes::from_static(&[0])).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_protocol_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..128)) {
+            let _ = decode_subscription(Bytes::from(bytes.clone()));
+            let _ = decode_assignment(Bytes::from(bytes));
+        }
     }
 }

@@ -1,6 +1,5 @@
-//! Offsets the tools read and write: log offsets by time (ListOffsets, sent to each
-//! partition's leader) and a group's committed offsets (OffsetFetch and OffsetCommit, sent
-//! to the group's coordinator).
+//! Offsets: log offsets by time (ListOffsets, sent to each partition's leader) and a group's
+//! committed offsets (OffsetFetch and OffsetCommit, sent to the group's coordinator).
 //!
 //! Invariants:
 //! - Answers are keyed by (topic, partition) and sorted, so plans and tables print in a
@@ -24,19 +23,20 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::client::{topic_name, Cluster, Connection, TopicInfo};
-use super::error::check;
+use crate::cluster::{topic_name, Cluster, TopicInfo};
+use crate::connection::Connection;
+use crate::error::{check, codes};
 
 /// ListOffsets' special timestamps.
 pub const LATEST: i64 = -1;
 pub const EARLIEST: i64 = -2;
 
-/// A topic partition, as the tools key their maps.
+/// A topic partition, as offsets are keyed.
 pub type TopicPartition = (String, i32);
 
 /// The offset of the first record at or after `timestamp` (or [`LATEST`]/[`EARLIEST`]) in
 /// each of `partitions` of `topic`; `None` where no record is that recent.
-pub fn list_offsets(
+pub async fn list_offsets(
     cluster: &mut Cluster,
     topic: &TopicInfo,
     partitions: &[i32],
@@ -54,9 +54,11 @@ pub fn list_offsets(
     let mut offsets = BTreeMap::new();
     for (leader, partitions) in by_leader {
         if leader < 0 {
-            check(5, None, || format!("offsets of {}", topic.name))?;
+            check(codes::LEADER_NOT_AVAILABLE, None, || {
+                format!("offsets of {}", topic.name)
+            })?;
         }
-        let connection = cluster.broker(leader)?;
+        let connection = cluster.broker(leader).await?;
         let version = connection.version::<ListOffsetsRequest>()?;
         let request = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -72,7 +74,7 @@ pub fn list_offsets(
                         })
                         .collect(),
                 )]);
-        let response = connection.call_at(version, &request)?;
+        let response = connection.call_at(version, &request).await?;
         for answered in response.topics.iter().flat_map(|t| t.partitions.iter()) {
             check(answered.error_code, None, || {
                 format!("offsets of {}-{}", topic.name, answered.partition_index)
@@ -90,14 +92,17 @@ pub fn list_offsets(
 }
 
 /// Like [`list_offsets`] for [`LATEST`] or [`EARLIEST`], which always have an answer.
-pub fn log_offsets(
+pub async fn log_offsets(
     cluster: &mut Cluster,
     topic: &TopicInfo,
     partitions: &[i32],
     which: i64,
 ) -> Result<BTreeMap<i32, i64>> {
-    assert!(which == LATEST || which == EARLIEST);
-    Ok(list_offsets(cluster, topic, partitions, which)?
+    if which != LATEST && which != EARLIEST {
+        bail!("log offsets are LATEST or EARLIEST, not timestamp {which}");
+    }
+    Ok(list_offsets(cluster, topic, partitions, which)
+        .await?
         .into_iter()
         .map(|(partition, offset)| (partition, offset.unwrap_or(0)))
         .collect())
@@ -105,7 +110,7 @@ pub fn log_offsets(
 
 /// `group`'s committed offsets, for `topics` (topic, partitions) or, when `None`, for
 /// every partition it has committed.
-pub fn committed(
+pub async fn committed(
     coordinator: &mut Connection,
     group: &str,
     topics: Option<&[(String, Vec<i32>)]>,
@@ -143,7 +148,7 @@ pub fn committed(
                 .collect()
         });
     }
-    let response = coordinator.call_at(version, &request)?;
+    let response = coordinator.call_at(version, &request).await?;
     let what = || format!("committed offsets of group {group}");
     let mut offsets = BTreeMap::new();
     if version >= 8 {
@@ -192,7 +197,7 @@ pub const ADMIN: Committer<'static> = Committer {
 };
 
 /// Commits `offsets` for `group`.
-pub fn commit(
+pub async fn commit(
     coordinator: &mut Connection,
     group: &str,
     committer: &Committer<'_>,
@@ -207,20 +212,20 @@ pub fn commit(
         if topics.last().is_none_or(|t| t.name.0.as_str() != topic) {
             topics.push(OffsetCommitRequestTopic::default().with_name(topic_name(topic)));
         }
-        // Pushed just above when the topic changed, so a last element exists.
-        let last = topics.last_mut().expect("a topic entry");
-        last.partitions.push(
-            OffsetCommitRequestPartition::default()
-                .with_partition_index(*partition)
-                .with_committed_offset(*offset),
-        );
+        if let Some(last) = topics.last_mut() {
+            last.partitions.push(
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(*partition)
+                    .with_committed_offset(*offset),
+            );
+        }
     }
     let request = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
         .with_generation_id_or_member_epoch(committer.generation_id)
         .with_member_id(StrBytes::from_string(committer.member_id.to_string()))
         .with_topics(topics);
-    let response = coordinator.call_at(version, &request)?;
+    let response = coordinator.call_at(version, &request).await?;
     for topic in &response.topics {
         for partition in &topic.partitions {
             check(partition.error_code, None, || {

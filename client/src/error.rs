@@ -1,5 +1,5 @@
-//! Kafka error codes as the tools report them: Kafka's own name (`TOPIC_ALREADY_EXISTS`) and
-//! a message, the broker's when it sent one, else Kafka's default text for the code.
+//! Kafka error codes as the client reports them: Kafka's own name (`TOPIC_ALREADY_EXISTS`)
+//! and a message, the broker's when it sent one, else Kafka's default text for the code.
 //!
 //! Invariants:
 //! - A response error becomes a [`KafkaError`] carrying its code, so callers can match on the
@@ -10,6 +10,21 @@ use std::fmt;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::protocol::StrBytes;
+
+/// Kafka error codes the client itself reacts to.
+pub mod codes {
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+}
 
 /// Kafka's spelling of an error code, e.g. 3 → `UNKNOWN_TOPIC_OR_PARTITION`.
 pub fn error_name(code: i16) -> String {
@@ -30,7 +45,7 @@ pub fn error_name(code: i16) -> String {
     }
 }
 
-/// Kafka's default message (Errors.java) for the codes these tools meet; others get "".
+/// Kafka's default message (Errors.java) for the codes the tools meet; others get "".
 pub fn default_message(code: i16) -> &'static str {
     match code {
         -1 => "The server experienced an unexpected error when processing the request.",

@@ -1,0 +1,302 @@
+//! Topic administration and producer ids: CreateTopics, DeleteTopics, CreatePartitions,
+//! DescribeConfigs (a topic's overrides) and InitProducerId, sent to any broker (the controller's work is the broker's business).
+//!
+//! Invariants:
+//! - Every call checks the per-topic error of its answer and fails with Kafka's error name
+//!   and the broker's message ([`crate::error::KafkaError`]), so callers can match codes.
+//! - Requests are built for the negotiated version: fields a version lacks stay at their
+//!   defaults, and what changed shape (DeleteTopics v6 names topics in `topics`) is chosen by
+//!   version.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    InitProducerIdRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::cluster::{topic_name, Cluster, PartitionLeader};
+use crate::connection::Connection;
+use crate::error::{check, code_of, codes};
+
+/// DescribeConfigs resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
+/// DescribeConfigs config source of a per-topic override.
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+/// How long the broker may take over a topic change before answering.
+pub const ADMIN_TIMEOUT_MS: i32 = 30_000;
+
+/// A topic to create; `None` asks for the broker's default (from CreateTopics v4 on).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewTopic {
+    pub partitions: Option<i32>,
+    pub replication_factor: Option<i16>,
+    /// Topic-level settings, Kafka's names (`retention.bytes`, `segment.bytes`, ...).
+    pub configs: Vec<(String, String)>,
+}
+
+/// Creates `name`; TOPIC_ALREADY_EXISTS is an error like any other.
+pub async fn create_topic(cluster: &mut Cluster, name: &str, topic: &NewTopic) -> Result<()> {
+    let connection = cluster.any();
+    let version = connection.version::<CreateTopicsRequest>()?;
+    // Before v4 the broker defaults cannot be asked for with -1.
+    let default = if version >= 4 { -1 } else { 1 };
+    let mut creatable = CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(topic.partitions.unwrap_or(default))
+        .with_replication_factor(topic.replication_factor.unwrap_or(default as i16));
+    for (key, value) in &topic.configs {
+        creatable.configs.push(
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(key.clone()))
+                .with_value(Some(StrBytes::from_string(value.clone()))),
+        );
+    }
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![creatable])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .topics
+        .first()
+        .ok_or_else(|| anyhow!("CreateTopics answered for no topic"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("create topic {name}")
+    })
+}
+
+/// Deletes `name` and its data.
+pub async fn delete_topic(cluster: &mut Cluster, name: &str) -> Result<()> {
+    let connection = cluster.any();
+    let version = connection.version::<DeleteTopicsRequest>()?;
+    let mut request = DeleteTopicsRequest::default().with_timeout_ms(ADMIN_TIMEOUT_MS);
+    if version >= 6 {
+        request.topics = vec![DeleteTopicState::default().with_name(Some(topic_name(name)))];
+    } else {
+        request.topic_names = vec![topic_name(name)];
+    }
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .responses
+        .first()
+        .ok_or_else(|| anyhow!("DeleteTopics answered for no topic"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("delete topic {name}")
+    })
+}
+
+/// Grows `name` to `count` partitions.
+pub async fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Result<()> {
+    let connection = cluster.any();
+    let version = connection.version::<CreatePartitionsRequest>()?;
+    let request = CreatePartitionsRequest::default()
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic_name(name))
+            .with_count(count)])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("CreatePartitions answered for no topic"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("add partitions to topic {name}")
+    })
+}
+
+/// The topic's settings that differ from the broker's defaults, sorted by name.
+pub async fn overridden_configs(
+    cluster: &mut Cluster,
+    name: &str,
+) -> Result<Vec<(String, String)>> {
+    let connection = cluster.any();
+    let version = connection.version::<DescribeConfigsRequest>()?;
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(StrBytes::from_string(name.to_string()))]);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .results
+        .first()
+        .ok_or_else(|| anyhow!("DescribeConfigs answered for no resource"))?;
+    check(result.error_code, result.error_message.as_ref(), || {
+        format!("describe configs of topic {name}")
+    })?;
+    let mut configs: Vec<(String, String)> = result
+        .configs
+        .iter()
+        .filter(|c| c.config_source == SOURCE_DYNAMIC_TOPIC)
+        .map(|c| {
+            let value = match (&c.value, c.is_sensitive) {
+                (_, true) => "(sensitive)".to_string(),
+                (Some(value), false) => value.to_string(),
+                (None, false) => "null".to_string(),
+            };
+            (c.name.to_string(), value)
+        })
+        .collect();
+    configs.sort();
+    Ok(configs)
+}
+
+/// The leaders of `name`, creating it as `topic` says when it is missing (another client
+/// creating it at the same moment is fine), and waiting until every partition has one.
+pub async fn ensure_topic(
+    cluster: &mut Cluster,
+    name: &str,
+    topic: &NewTopic,
+) -> Result<Vec<PartitionLeader>> {
+    if let Some(leaders) = cluster.leaders(name).await? {
+        return Ok(leaders);
+    }
+    match create_topic(cluster, name, topic).await {
+        Err(error) if code_of(&error) != Some(codes::TOPIC_ALREADY_EXISTS) => return Err(error),
+        _ => {}
+    }
+    let partitions = topic.partitions.unwrap_or(1);
+    // Leaders can take a moment to be elected after creation.
+    for _ in 0..100 {
+        if let Some(leaders) = cluster.leaders(name).await? {
+            if leaders.len() as i32 >= partitions {
+                return Ok(leaders);
+            }
+        }
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("topic {name} has no leaders 5 s after creation")
+}
+
+/// An idempotent producer's identity, from InitProducerId.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerIdentity {
+    pub id: i64,
+    pub epoch: i16,
+}
+
+/// A producer id and epoch for an idempotent producer (no transactional id), from the
+/// broker `connection` leads to; `None` when it does not offer InitProducerId.
+pub async fn init_producer_id(connection: &mut Connection) -> Result<Option<ProducerIdentity>> {
+    if !connection.supports::<InitProducerIdRequest>() {
+        return Ok(None);
+    }
+    let version = connection.version::<InitProducerIdRequest>()?;
+    let request = InitProducerIdRequest::default()
+        // Null, not the codec's default of "": an empty transactional id is refused.
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let answer = connection.call_at(version, &request).await?;
+    check(answer.error_code, None, || "InitProducerId".to_string())?;
+    Ok(Some(ProducerIdentity {
+        id: answer.producer_id.0,
+        epoch: answer.producer_epoch,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+    use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, BrokerId, CreateTopicsResponse, DeleteTopicsResponse, MetadataResponse,
+        RequestKind, ResponseKind,
+    };
+
+    use super::*;
+    use crate::fake_broker::{api_versions, broker_entry, FakeBroker};
+
+    /// A broker on which `t` appears only once someone created it, and CreateTopics answers
+    /// TOPIC_ALREADY_EXISTS (another client won the race).
+    fn fake(delete_max: i16, deleted: Arc<Mutex<Vec<String>>>) -> FakeBroker {
+        let created = Arc::new(Mutex::new(false));
+        FakeBroker::start(Box::new(move |request, _, port| match request {
+            RequestKind::ApiVersions(_) => api_versions(&[
+                (ApiKey::ApiVersions, 0, 3),
+                (ApiKey::Metadata, 0, 12),
+                (ApiKey::CreateTopics, 0, 7),
+                (ApiKey::DeleteTopics, 0, delete_max),
+            ]),
+            RequestKind::Metadata(_) => {
+                let exists = *created.lock().unwrap();
+                let topic = MetadataResponseTopic::default()
+                    .with_name(Some(topic_name("t")))
+                    .with_error_code(if exists { 0 } else { 3 })
+                    .with_partitions(if exists {
+                        vec![MetadataResponsePartition::default().with_leader_id(BrokerId(1))]
+                    } else {
+                        Vec::new()
+                    });
+                ResponseKind::Metadata(
+                    MetadataResponse::default()
+                        .with_brokers(vec![broker_entry(port)])
+                        .with_topics(vec![topic]),
+                )
+            }
+            RequestKind::CreateTopics(_) => {
+                *created.lock().unwrap() = true;
+                ResponseKind::CreateTopics(CreateTopicsResponse::default().with_topics(vec![
+                    CreatableTopicResult::default()
+                        .with_name(topic_name("t"))
+                        .with_error_code(codes::TOPIC_ALREADY_EXISTS),
+                ]))
+            }
+            RequestKind::DeleteTopics(request) => {
+                let mut names: Vec<String> = request
+                    .topic_names
+                    .iter()
+                    .map(|n| n.0.to_string())
+                    .collect();
+                names.extend(
+                    request
+                        .topics
+                        .iter()
+                        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string())),
+                );
+                deleted.lock().unwrap().extend(names);
+                ResponseKind::DeleteTopics(
+                    DeleteTopicsResponse::default()
+                        .with_responses(vec![DeletableTopicResult::default()]),
+                )
+            }
+            other => panic!("not scripted: {other:?}"),
+        }))
+    }
+
+    #[test]
+    fn ensure_topic_accepts_a_creation_race_and_delete_speaks_both_shapes() {
+        for delete_max in [6, 5] {
+            let deleted = Arc::new(Mutex::new(Vec::new()));
+            let fake = fake(delete_max, deleted.clone());
+            crate::blocking::run(async {
+                let mut cluster = Cluster::connect(&fake.address(), "test").await.unwrap();
+                let topic = NewTopic {
+                    partitions: Some(1),
+                    ..NewTopic::default()
+                };
+                let leaders = ensure_topic(&mut cluster, "t", &topic).await.unwrap();
+                assert_eq!(leaders.len(), 1);
+                let error = create_topic(&mut cluster, "t", &topic).await.unwrap_err();
+                assert_eq!(code_of(&error), Some(codes::TOPIC_ALREADY_EXISTS));
+                delete_topic(&mut cluster, "t").await.unwrap();
+            })
+            .unwrap();
+            assert_eq!(
+                *deleted.lock().unwrap(),
+                ["t"],
+                "DeleteTopics v{delete_max}"
+            );
+            assert_eq!(fake.seen(ApiKey::DeleteTopics), [delete_max]);
+        }
+    }
+}
