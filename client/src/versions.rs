@@ -159,6 +159,7 @@ mod tests {
         inside::<DeleteGroupsRequest>();
         inside::<OffsetDeleteRequest>();
         inside::<InitProducerIdRequest>();
-        assert_eq!(CLIENT_APIS.len(), 21, "every entry checked above");
+        inside::<kafka_protocol::messages::OffsetForLeaderEpochRequest>();
+        assert_eq!(CLIENT_APIS.len(), 22, "every entry checked above");
     }
 }
