@@ -8,6 +8,7 @@
 
 pub mod node;
 pub mod wal;
+pub mod wire;
 
 pub use node::{Committed, ProposalId, QuorumError, QuorumNode};
 
