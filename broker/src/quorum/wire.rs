@@ -26,6 +26,26 @@ pub struct Hello {
     pub directory_id: String,
 }
 
+impl Hello {
+    /// Whether a connection that opened with this Hello may speak to voter `local` of
+    /// `cluster_id`, whose quorum is `voters`: the same cluster, another voter of it.
+    pub fn check(&self, cluster_id: &str, local: u64, voters: &[u64]) -> Result<(), WireError> {
+        if self.cluster_id != cluster_id {
+            return Err(WireError::Refused(format!(
+                "peer of cluster {}, this is cluster {cluster_id}",
+                self.cluster_id
+            )));
+        }
+        if self.node_id == local || !voters.contains(&self.node_id) {
+            return Err(WireError::Refused(format!(
+                "node {} is not another voter of {voters:?}",
+                self.node_id
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     Hello(Hello),
@@ -44,6 +64,8 @@ pub enum WireError {
     MessageType(i32),
     #[error("unknown Raft entry type {0}")]
     EntryType(i32),
+    #[error("peer refused: {0}")]
+    Refused(String),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -280,6 +302,23 @@ mod tests {
         let frame = encode(&hello);
         let (header, body) = split(&frame);
         assert_eq!(decode_body(header, body), Ok(hello));
+    }
+
+    #[test]
+    fn only_other_voters_of_the_same_cluster_are_heard() {
+        let hello = |cluster: &str, node_id| Hello {
+            cluster_id: cluster.into(),
+            node_id,
+            directory_id: "d".into(),
+        };
+        let voters = [1, 2, 3];
+        assert_eq!(hello("A", 2).check("A", 1, &voters), Ok(()));
+        assert!(
+            hello("B", 2).check("A", 1, &voters).is_err(),
+            "another cluster"
+        );
+        assert!(hello("A", 4).check("A", 1, &voters).is_err(), "not a voter");
+        assert!(hello("A", 1).check("A", 1, &voters).is_err(), "itself");
     }
 
     #[test]
