@@ -58,6 +58,8 @@ enum Command {
     /// List, describe, delete consumer groups and reset their offsets (like
     /// kafka-consumer-groups).
     Group(broker::cli::group::GroupArgs),
+    /// Show the cluster: its id, the active controller, every broker.
+    Cluster(broker::cli::cluster::ClusterArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +104,7 @@ fn main() -> ExitCode {
             println!("{}", broker::meta_properties::random_id());
             Ok(())
         }
+        Command::Cluster(args) => broker::cli::cluster::run(args, &mut std::io::stdout().lock()),
         Command::Topic(args) => broker::cli::topic::run(args, &mut std::io::stdout().lock()),
         Command::Produce(args) => broker::cli::produce::run(args, std::io::stdin()).map(drop),
         Command::Consume(args) => {

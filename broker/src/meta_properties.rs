@@ -11,8 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use uuid::Uuid;
 
 use crate::config::parse_properties;
@@ -31,14 +29,14 @@ pub struct MetaProperties {
 
 /// A fresh id in Kafka's text form: a random UUID as 22 characters of URL-safe base64.
 pub fn random_id() -> String {
-    URL_SAFE_NO_PAD.encode(Uuid::new_v4().as_bytes())
+    client::kafka_uuid(&Uuid::new_v4())
 }
 
 /// Kafka's rule for a cluster id: the text form of a UUID.
 pub fn check_cluster_id(id: &str) -> Result<()> {
-    match URL_SAFE_NO_PAD.decode(id) {
-        Ok(bytes) if bytes.len() == 16 => Ok(()),
-        _ => bail!("cluster id {id:?} is not a UUID in base64 (22 characters, as `ringlog format` prints and `kafka-storage random-uuid` makes)"),
+    match client::parse_kafka_uuid(id) {
+        Some(_) => Ok(()),
+        None => bail!("cluster id {id:?} is not a UUID in base64 (22 characters, as `ringlog format` prints and `kafka-storage random-uuid` makes)"),
     }
 }
 

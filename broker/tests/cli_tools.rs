@@ -624,3 +624,27 @@ fn produce_is_idempotent_by_default_and_plain_on_request() {
     assert_eq!((second.1, second.2), (0, 1));
     assert_eq!(batches[2..].to_vec(), vec![(-1, -1, 1); 2], "plain batches");
 }
+
+#[test]
+fn cluster_describe_names_the_cluster_its_controller_and_its_brokers() {
+    let node = Node::start(&["broker.rack=rack-a"]);
+    let out = ok(&node, &["cluster", "describe"], "");
+    let lines = lines(&out);
+    assert_eq!(lines.len(), 2, "{out}");
+    let properties = std::fs::read_to_string(node.dir.join("data/meta.properties")).expect("read");
+    let cluster_id = properties
+        .lines()
+        .find_map(|line| line.strip_prefix("cluster.id="))
+        .expect("a cluster id");
+    assert_eq!(
+        lines[0],
+        format!("ClusterId: {cluster_id}\tController: 1\tBrokers: 1")
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "\tBroker: 1\tEndpoint: 127.0.0.1:{}\tRack: rack-a\tFenced: false",
+            node.port
+        )
+    );
+}

@@ -1,5 +1,6 @@
-//! Topic administration and producer ids: CreateTopics, DeleteTopics, CreatePartitions,
-//! DescribeConfigs (a topic's overrides) and InitProducerId, sent to any broker (the controller's work is the broker's business).
+//! Topic administration, the cluster and producer ids: CreateTopics, DeleteTopics,
+//! CreatePartitions, DescribeConfigs (a topic's overrides), DescribeCluster and
+//! InitProducerId, sent to any broker (the controller's work is the broker's business).
 //!
 //! Invariants:
 //! - Every call checks the per-topic error of its answer and fails with Kafka's error name
@@ -16,8 +17,8 @@ use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableT
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    InitProducerIdRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, InitProducerIdRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -178,6 +179,52 @@ pub async fn ensure_topic(
 pub struct ProducerIdentity {
     pub id: i64,
     pub epoch: i16,
+}
+
+/// A broker as DescribeCluster lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerDescription {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    /// Known from DescribeCluster v2 on; false before.
+    pub fenced: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterDescription {
+    pub cluster_id: String,
+    pub controller_id: i32,
+    /// By broker id, fenced ones included when the broker can say (v2).
+    pub brokers: Vec<BrokerDescription>,
+}
+
+/// The cluster as the broker `connection` leads to sees it (DescribeCluster).
+pub async fn describe_cluster(connection: &mut Connection) -> Result<ClusterDescription> {
+    let version = connection.version::<DescribeClusterRequest>()?;
+    let request = DescribeClusterRequest::default().with_include_fenced_brokers(version >= 2);
+    let answer = connection.call_at(version, &request).await?;
+    check(answer.error_code, answer.error_message.as_ref(), || {
+        "DescribeCluster".to_string()
+    })?;
+    let mut brokers: Vec<BrokerDescription> = answer
+        .brokers
+        .iter()
+        .map(|broker| BrokerDescription {
+            id: broker.broker_id.0,
+            host: broker.host.to_string(),
+            port: broker.port,
+            rack: broker.rack.as_ref().map(|rack| rack.to_string()),
+            fenced: broker.is_fenced,
+        })
+        .collect();
+    brokers.sort_by_key(|broker| broker.id);
+    Ok(ClusterDescription {
+        cluster_id: answer.cluster_id.to_string(),
+        controller_id: answer.controller_id.0,
+        brokers,
+    })
 }
 
 /// A producer id and epoch for an idempotent producer (no transactional id), from the

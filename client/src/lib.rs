@@ -6,7 +6,8 @@
 //! [`frame`] (framing and decoding, sans I/O), [`error`] (Kafka's error names and codes),
 //! [`connection`] (one broker, glommio), [`cluster`] (bootstrap, metadata, one connection
 //! per broker, coordinator lookup), [`admin`], [`offsets`], [`fetch`], [`member`] (the
-//! consumer-group member) and [`consumer_protocol`] (its bytes and the range assignor).
+//! consumer-group member), [`consumer_protocol`] (its bytes and the range assignor) and
+//! [`kafka_uuid`] (Kafka's text form of ids).
 //!
 //! Invariants:
 //! - Every request is built at the highest version both sides support, from one table
@@ -27,8 +28,10 @@ pub mod fetch;
 pub mod frame;
 pub mod member;
 pub mod offsets;
+mod uuid_text;
 pub mod versions;
 
 pub use cluster::{topic_name, Cluster, PartitionInfo, PartitionLeader, TopicInfo};
 pub use connection::Connection;
 pub use error::{check, code_of, error_name, KafkaError};
+pub use uuid_text::{kafka_uuid, parse_kafka_uuid};

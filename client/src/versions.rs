@@ -41,6 +41,7 @@ pub const CLIENT_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The version of `api` to speak: the highest in both ranges, or an error naming the API.
@@ -160,6 +161,7 @@ mod tests {
         inside::<OffsetDeleteRequest>();
         inside::<InitProducerIdRequest>();
         inside::<kafka_protocol::messages::OffsetForLeaderEpochRequest>();
-        assert_eq!(CLIENT_APIS.len(), 22, "every entry checked above");
+        inside::<kafka_protocol::messages::DescribeClusterRequest>();
+        assert_eq!(CLIENT_APIS.len(), 23, "every entry checked above");
     }
 }

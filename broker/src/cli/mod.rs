@@ -1,8 +1,8 @@
-//! The command-line tools: `ringlog topic`, `produce`, `consume` and `group`, Kafka's
-//! kafka-topics, kafka-console-producer, kafka-console-consumer and kafka-consumer-groups
-//! in one binary. They speak only the Kafka protocol, through the `client` crate's blocking
-//! wrapper ([`client::blocking`]), so they work against any Kafka-compatible broker, Apache
-//! Kafka included.
+//! The command-line tools: `ringlog topic`, `produce`, `consume`, `group` and `cluster`,
+//! Kafka's kafka-topics, kafka-console-producer, kafka-console-consumer,
+//! kafka-consumer-groups and kafka-cluster in one binary. They speak only the Kafka
+//! protocol, through the `client` crate's blocking wrapper ([`client::blocking`]), so they
+//! work against any Kafka-compatible broker, Apache Kafka included.
 //!
 //! Invariants:
 //! - Each command writes its results to the given output and returns an error instead of
@@ -10,6 +10,7 @@
 //!   non-zero.
 //! - No command keeps state between runs; positions live in the broker (committed offsets).
 
+pub mod cluster;
 pub mod consume;
 pub mod format;
 pub mod group;

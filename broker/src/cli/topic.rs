@@ -148,7 +148,7 @@ pub fn write_description(
         out,
         "Topic: {}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}",
         topic.name,
-        kafka_uuid(&topic.topic_id),
+        client::kafka_uuid(&topic.topic_id),
         topic.partitions.len(),
         replication_factor,
         configs.join(",")
@@ -173,24 +173,6 @@ pub fn write_description(
     Ok(())
 }
 
-/// Kafka prints a Uuid as URL-safe base64 of its 16 bytes, unpadded (22 characters).
-pub fn kafka_uuid(id: &uuid::Uuid) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = id.as_bytes();
-    let mut text = String::with_capacity(22);
-    for chunk in bytes.chunks(3) {
-        let word = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |word, (i, b)| word | (*b as u32) << (16 - 8 * i));
-        let symbols = chunk.len() + 1;
-        for i in 0..symbols {
-            text.push(ALPHABET[(word >> (18 - 6 * i) & 0x3f) as usize] as char);
-        }
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,14 +188,6 @@ mod tests {
         assert_eq!(parse_setting("a=").unwrap(), ("a", ""));
         assert!(parse_setting("retention.ms").is_err());
         assert!(parse_setting("=1").is_err());
-    }
-
-    #[test]
-    fn uuids_print_as_kafka_does() {
-        assert_eq!(kafka_uuid(&uuid::Uuid::nil()), "AAAAAAAAAAAAAAAAAAAAAA");
-        // Kafka's Uuid(0x0102030405060708, 0x090a0b0c0d0e0f10).toString().
-        let id = uuid::Uuid::from_bytes([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
-        assert_eq!(kafka_uuid(&id), "AQIDBAUGBwgJCgsMDQ4PEA");
     }
 
     #[test]
