@@ -25,8 +25,8 @@ use crate::config::{BrokerConfig, TOPIC_CONFIGS};
 use crate::errors::code;
 use crate::metadata::image::{partition_record, topic_records};
 use crate::metadata::records::{
-    BrokerEndpoint, BrokerRegistrationChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    RemoveTopicRecord, SECURITY_PROTOCOL_PLAINTEXT,
+    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC, SECURITY_PROTOCOL_PLAINTEXT,
 };
 use crate::metadata::{MetadataImage, MetadataRecord, MetadataStore, PartitionState, TopicMeta};
 use crate::shard_state::Shard;
@@ -305,6 +305,57 @@ impl Controller {
         Controller::publish(shard, Some(id)).await
     }
 
+    /// Sets (`Some`) or removes (`None`) topic-level settings of `name`, all or none, each
+    /// checked as at creation; with `validate_only` nothing changes. Open logs take them
+    /// when the new image is installed.
+    pub async fn alter_topic_configs(
+        shard: &Rc<Shard>,
+        name: &str,
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    ) -> Result<(), Refusal> {
+        let controller = Self::of(shard);
+        let Some(current) = controller
+            .proposed
+            .borrow()
+            .topic(name)
+            .map(|topic| topic.configs.clone())
+        else {
+            return Err(Refusal::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("The topic '{name}' does not exist."),
+            ));
+        };
+        let mut records = Vec::new();
+        for (key, value) in changes {
+            match &value {
+                Some(value) => validate_topic_config(&key, value)?,
+                None => {
+                    // Removing an override of a known key that was never set is no change.
+                    validate_topic_config_name(&key)?;
+                    if !current.contains_key(&key) {
+                        continue;
+                    }
+                }
+            }
+            if current.get(&key) == value.as_ref() {
+                continue;
+            }
+            records.push(MetadataRecord::Config(ConfigRecord {
+                resource_type: CONFIG_RESOURCE_TOPIC,
+                resource_name: name.to_string(),
+                name: key,
+                value,
+            }));
+        }
+        if validate_only || records.is_empty() {
+            return Ok(());
+        }
+        let id = controller.proposed.borrow().topic(name).map(|t| t.id);
+        controller.commit(records).await?;
+        Controller::publish(shard, id).await
+    }
+
     /// Hands broker `broker_id` the next block of producer ids (Kafka's AllocateProducerIds):
     /// the block is committed as taken before it is returned, so after any crash the next
     /// block starts past every id this one may have given out.
@@ -553,14 +604,23 @@ pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
     }
 }
 
+/// A topic config name must be one Kafka defines for topics; returns its default.
+pub fn validate_topic_config_name(key: &str) -> Result<&'static str, Refusal> {
+    TOPIC_CONFIGS
+        .iter()
+        .find(|(name, _, _)| *name == key)
+        .map(|(_, _, default)| *default)
+        .ok_or_else(|| {
+            Refusal::new(
+                ResponseError::InvalidConfig,
+                format!("Unknown topic config name: {key}"),
+            )
+        })
+}
+
 /// A topic config must be one Kafka defines for topics, with a value of the right kind.
 pub fn validate_topic_config(key: &str, value: &str) -> Result<(), Refusal> {
-    let Some((_, _, default)) = TOPIC_CONFIGS.iter().find(|(name, _, _)| *name == key) else {
-        return Err(Refusal::new(
-            ResponseError::InvalidConfig,
-            format!("Unknown topic config name: {key}"),
-        ));
-    };
+    let default = validate_topic_config_name(key)?;
     let valid = match key {
         "cleanup.policy" => value
             .split(',')

@@ -138,6 +138,7 @@ impl Shard {
         let node = self.config.node_id;
         // Logs this node no longer holds: topics that vanished or were re-created under a
         // new id, and replicas moved to other brokers.
+        let mut changed = Vec::new();
         let gone: Vec<Rc<Partition>> = {
             let mut partitions = self.partitions.borrow_mut();
             let mut gone = Vec::new();
@@ -150,7 +151,10 @@ impl Shard {
                         .and_then(|topic| topic.partition(partition.index))
                         .filter(|state| state.replicas.contains(&node));
                     match held {
-                        Some(state) => partition.update(state, node),
+                        Some(state) => {
+                            partition.update(state, node);
+                            changed.push((partition.clone(), name.clone()));
+                        }
                         None => gone.extend(slot.take()),
                     }
                 }
@@ -158,6 +162,19 @@ impl Shard {
             });
             gone
         };
+        // Topic settings changed at run time (IncrementalAlterConfigs) reach open logs.
+        for (partition, name) in changed {
+            let Some(topic) = image.topic(&name) else {
+                continue;
+            };
+            let wanted = self.log_config(topic);
+            if partition.log.config() != wanted {
+                if let Err(error) = partition.log.reconfigure(wanted) {
+                    tracing::warn!(topic = %name, partition = partition.index, %error,
+                        "topic settings not applied");
+                }
+            }
+        }
         let mut failures = Vec::new();
         for partition in gone {
             partition.retire();
@@ -217,18 +234,14 @@ impl Shard {
             .collect()
     }
 
-    async fn open_partition(
-        &self,
-        topic: &TopicMeta,
-        index: i32,
-        state: &PartitionState,
-    ) -> Result<Rc<Partition>, storage::StorageError> {
+    /// The log settings of `topic`: its overrides, else the broker's defaults.
+    fn log_config(&self, topic: &TopicMeta) -> LogConfig {
         let number = |key: &str, fallback: u64| {
             self.topic_setting(topic, key)
                 .and_then(|value| value.parse::<u64>().ok())
                 .unwrap_or(fallback)
         };
-        let log_config = LogConfig {
+        LogConfig {
             segment_bytes_max: number("segment.bytes", self.config.segment_bytes_max),
             segment_ms_max: number("segment.ms", self.config.segment_ms_max),
             index_interval_bytes: number(
@@ -240,7 +253,16 @@ impl Shard {
             batch_bytes_max: number("max.message.bytes", self.config.message_bytes_max as u64)
                 as usize,
             producer_id_expiration_ms: self.config.producer_id_expiration.as_millis() as i64,
-        };
+        }
+    }
+
+    async fn open_partition(
+        &self,
+        topic: &TopicMeta,
+        index: i32,
+        state: &PartitionState,
+    ) -> Result<Rc<Partition>, storage::StorageError> {
+        let log_config = self.log_config(topic);
         let dir = self
             .config
             .log_dir

@@ -169,6 +169,7 @@ pub fn api_key_of(request: &RequestKind) -> Result<ApiKey> {
         RequestKind::OffsetDelete(_) => ApiKey::OffsetDelete,
         RequestKind::InitProducerId(_) => ApiKey::InitProducerId,
         RequestKind::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
+        RequestKind::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
         other => bail!("this client does not frame {other:?}"),
     })
 }

@@ -243,7 +243,7 @@ fn segments_roll_by_size() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let config = small_segments(mode, 3);
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             for _ in 0..7 {
                 log.append(&batch(2, 1_000), 0, 0).expect("append");
             }
@@ -269,6 +269,53 @@ fn segments_roll_by_size() {
                     .base_offset,
                 14
             );
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn a_reconfigured_log_takes_the_new_limits_from_the_next_append() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), config(mode)).await;
+            for _ in 0..3 {
+                log.append(&batch(2, 1_000), 0, 0).expect("append");
+            }
+            let small = batch(1, 1_000).len();
+            let changed = LogConfig {
+                segment_bytes_max: batch(2, 1_000).len() as u64 * 2,
+                batch_bytes_max: small,
+                io_mode: if mode == IoMode::Direct {
+                    IoMode::Buffered
+                } else {
+                    IoMode::Direct
+                },
+                ..config(mode)
+            };
+            log.reconfigure(changed).expect("reconfigure");
+            assert_eq!(log.config().io_mode, mode, "the I/O mode stays as opened");
+            assert_eq!(log.config().batch_bytes_max, small);
+            assert!(matches!(
+                log.append(&batch(2, 1_000), 0, 0),
+                Err(AppendError::Batch(BatchError::BatchTooLarge { .. }))
+            ));
+            for _ in 0..3 {
+                log.append(&batch(1, 1_000), 0, 0)
+                    .expect("append within the new limit");
+            }
+            log.flush().await.expect("flush");
+            assert!(
+                segment_bases(&log).len() > 1,
+                "the smaller segment size rolled the active segment: {:?}",
+                segment_bases(&log)
+            );
+            let bad = LogConfig {
+                segment_bytes_max: 1,
+                ..config(mode)
+            };
+            assert!(log.reconfigure(bad).is_err(), "checked as at open");
             log.close().await.expect("close");
         });
     }
@@ -303,7 +350,7 @@ fn offset_for_timestamp_finds_first_record_at_or_after() {
                 index_interval_bytes: 1,
                 ..config(mode)
             };
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             assert_eq!(log.offset_for_timestamp(0).await.expect("lookup"), None);
             for ts in [1_000, 2_000, 3_000, 4_000, 5_000] {
                 log.append(&batch(3, ts), 0, 0).expect("append");
@@ -347,7 +394,7 @@ fn max_timestamp_record_is_the_first_with_the_largest_timestamp() {
                 segment_bytes_max: batch_bytes * 2,
                 ..config(mode)
             };
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             assert_eq!(log.max_timestamp_record().await.expect("lookup"), None);
             // Record i of a batch appended with `ts` has timestamp ts + i: the largest,
             // 5_002, is offset 8, and offset 14 (in a later segment) carries it again.
@@ -482,7 +529,7 @@ fn corrupt_index_is_rebuilt() {
                 index_interval_bytes: 1,
                 ..config(mode)
             };
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             for ts in 0..10 {
                 log.append(&batch(2, ts * 100), 0, 0).expect("append");
             }
@@ -520,7 +567,7 @@ fn batches_larger_than_the_write_buffer() {
                 write_buffer_bytes_max: 8192,
                 ..config(mode)
             };
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             let big = encode_batch(&BatchSpec {
                 record_count: 4,
                 value_bytes: 9_000,
@@ -587,7 +634,7 @@ async fn small_queue_log(dir: &Path, mode: IoMode) -> (Log, LogConfig, Vec<u8>) 
         write_buffer_bytes_max: 64 << 10,
         ..config(mode)
     };
-    let log = open(dir, config.clone()).await;
+    let log = open(dir, config).await;
     let records = encode_batch(&BatchSpec {
         value_bytes: 10_000,
         ..BatchSpec::default()
@@ -842,7 +889,7 @@ fn tailing_reader_sees_exactly_what_was_appended() {
                 index_interval_bytes: 256,
                 ..config(mode)
             };
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             let expected = Rc::new(RefCell::new(Vec::<u8>::new()));
             let batches_count = 200u64;
             let done = Rc::new(Cell::new(false));
@@ -1164,7 +1211,7 @@ fn retention_by_size_deletes_the_oldest_segments_and_moves_the_start() {
             let dir = tempfile::tempdir().expect("tempdir");
             let batch_bytes = batch(2, 1_000).len() as u64;
             let config = small_segments(mode, 2);
-            let log = seven_batches_in_four_segments(dir.path(), config.clone()).await;
+            let log = seven_batches_in_four_segments(dir.path(), config).await;
             let keep_three_batches = Retention {
                 ms: -1,
                 bytes: (batch_bytes * 3) as i64,
@@ -1220,7 +1267,7 @@ fn retention_by_time_of_everything_keeps_the_end_offset() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let config = small_segments(mode, 2);
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             for timestamp in [1_000, 2_000, 3_000] {
                 log.append(&batch(2, timestamp), 0, 0).expect("append");
             }
@@ -1251,7 +1298,7 @@ fn retention_by_time_of_everything_keeps_the_end_offset() {
             );
             assert!(files_with(dir.path(), INDEX_SUFFIX).is_empty());
             drop(log); // crash
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             assert_eq!((log.log_start_offset(), log.log_end_offset()), (6, 6));
             let info = log.append(&batch(1, 20_000), 0, 0).expect("append");
             assert_eq!(info.base_offset, 6);
@@ -1295,7 +1342,7 @@ fn indexes_left_without_their_log_are_removed_on_open() {
     run(|| async move {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = small_segments(IoMode::Buffered, 1);
-        let log = open(dir.path(), config.clone()).await;
+        let log = open(dir.path(), config).await;
         for _ in 0..3 {
             log.append(&batch(2, 1_000), 0, 0).expect("append");
         }
@@ -1323,7 +1370,7 @@ fn deleted_segment_files_are_reused_by_new_segments() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let config = small_segments(mode, 2);
-            let log = seven_batches_in_four_segments(dir.path(), config.clone()).await;
+            let log = seven_batches_in_four_segments(dir.path(), config).await;
             let keep_last_two = Retention { ms: -1, bytes: 1 };
             let deleted = log
                 .apply_retention(keep_last_two, 0)
@@ -1351,7 +1398,7 @@ fn deleted_segment_files_are_reused_by_new_segments() {
             assert_eq!(inode(&reused), spare_inode);
             assert_eq!(files_with(dir.path(), SPARE_SUFFIX).len(), 1);
             drop(log); // crash
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             assert_eq!((log.log_start_offset(), log.log_end_offset()), (12, 18));
             assert_eq!(
                 batch_base_offsets(&read_all(&log, 12).await),
@@ -1585,9 +1632,9 @@ fn producer_state_is_rebuilt_after_a_crash_from_a_snapshot_and_the_log() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let config = small_segments(mode, 2);
-            let log = producers_over_three_segments(dir.path(), config.clone()).await;
+            let log = producers_over_three_segments(dir.path(), config).await;
             drop(log); // crash: no close, no snapshot at the end
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             assert_eq!(log.producer_count(), 2);
             check_producers_a_and_b(&log);
             // A clean close writes a snapshot at the end, which alone rebuilds the state.
@@ -1610,7 +1657,7 @@ fn a_damaged_snapshot_gives_way_to_an_older_one_and_the_log() {
     run(move || async move {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = small_segments(IoMode::Buffered, 2);
-        drop(producers_over_three_segments(dir.path(), config.clone()).await);
+        drop(producers_over_three_segments(dir.path(), config).await);
         let newest = dir.path().join("00000000000000000008.snapshot");
         let mut bytes = std::fs::read(&newest).expect("read");
         bytes[20] ^= 0x40;
@@ -1628,7 +1675,7 @@ fn producers_whose_batches_retention_deleted_are_kept_by_the_snapshot() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let config = small_segments(mode, 1);
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             assert_eq!(answer(&log, &idempotent(7, 0, 0)), (0, 1, false));
             for _ in 0..3 {
                 log.append(&batch(2, 1_000), 0, 0).expect("append");
@@ -1660,7 +1707,7 @@ fn idle_producers_expire_and_expired_ones_are_not_restored() {
             producer_id_expiration_ms: 1_000,
             ..config(IoMode::Buffered)
         };
-        let log = open(dir.path(), config.clone()).await;
+        let log = open(dir.path(), config).await;
         let now_ms = wall_clock_ms();
         for (producer_id, at_ms) in [(1, now_ms - 10_000), (2, now_ms)] {
             log.append(&idempotent(producer_id, 0, 0), 0, at_ms)

@@ -60,7 +60,7 @@ fn as_stored(mut batch: Vec<u8>, base_offset: i64, leader_epoch: i32) -> Vec<u8>
 async fn open(dir: &Path, config: &LogConfig) -> Log {
     Log::open(
         dir.to_path_buf(),
-        config.clone(),
+        *config,
         Rc::new(BatchCache::new(4 << 20)),
     )
     .await

@@ -12,10 +12,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::config::BrokerConfig;
 use crate::errors::code;
+use crate::metadata::records::{
+    CONFIG_RESOURCE_BROKER as RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC as RESOURCE_TOPIC,
+};
 use crate::shard_state::Shard;
 
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
 /// Kafka's config sources.
 pub const SOURCE_TOPIC: i8 = 1;
 pub const SOURCE_STATIC_BROKER: i8 = 4;

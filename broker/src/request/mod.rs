@@ -14,6 +14,7 @@ mod fetch;
 mod find_coordinator;
 mod group_route;
 mod heartbeat;
+mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
@@ -62,6 +63,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::OffsetDelete, 0, 0),
         (ApiKey::InitProducerId, 0, 5),
         (ApiKey::OffsetForLeaderEpoch, 2, 4),
+        (ApiKey::IncrementalAlterConfigs, 0, 1),
     ])
 }
 
@@ -133,6 +135,9 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::DeleteGroups(body) => respond(delete_groups::handle(&shard, body).await),
         RequestKind::OffsetDelete(body) => respond(offset_delete::handle(&shard, body).await),
         RequestKind::InitProducerId(body) => respond(init_producer_id::handle(&shard, body).await),
+        RequestKind::IncrementalAlterConfigs(body) => {
+            respond(incremental_alter_configs::handle(&shard, body).await)
+        }
         RequestKind::OffsetForLeaderEpoch(body) => {
             respond(offset_for_leader_epoch::handle(&shard, body).await)
         }

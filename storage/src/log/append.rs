@@ -27,7 +27,7 @@ impl Log {
         now_ms: i64,
     ) -> Result<AppendInfo, AppendError> {
         let inner = &*self.inner;
-        let config = &inner.config;
+        let config = &inner.config.get();
         if records.is_empty() {
             return Err(BatchError::Empty.into());
         }
@@ -142,7 +142,7 @@ impl Log {
 
     /// One request must fit a segment, and its offsets the index's relative offsets.
     fn check_request_size(&self, records: &[u8], offset_count: u64) -> Result<(), AppendError> {
-        let segment_bytes_max = self.inner.config.segment_bytes_max;
+        let segment_bytes_max = self.inner.config.get().segment_bytes_max;
         if records.len() as u64 > segment_bytes_max || offset_count > u64::from(u32::MAX) {
             return Err(BatchError::RecordsTooLarge {
                 records_bytes: records.len(),
@@ -162,7 +162,7 @@ impl Log {
         offset_count: u64,
         now_ms: i64,
     ) -> Result<(), AppendError> {
-        let config = &self.inner.config;
+        let config = &self.inner.config.get();
         let pending_bytes_max = config.pending_bytes_max();
         if state.queue.pending_bytes > 0
             && state.queue.pending_bytes + records_bytes > pending_bytes_max
@@ -203,7 +203,7 @@ impl Log {
         epoch_of: impl Fn(&BatchHeader) -> i32,
         now_ms: i64,
     ) -> (AppendInfo, bool) {
-        let config = &self.inner.config;
+        let config = &self.inner.config.get();
         let log_end_offset = state.log_end_offset;
         let mut info = AppendInfo {
             base_offset: log_end_offset,

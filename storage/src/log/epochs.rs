@@ -174,7 +174,7 @@ impl Log {
         };
         let mut epochs = LeaderEpochCache::default();
         // Small windows for the two probes of each segment, large ones for a walk.
-        let mut probe = SegmentReader::new(inner.config.index_interval_bytes as usize * 2);
+        let mut probe = SegmentReader::new(inner.config.get().index_interval_bytes as usize * 2);
         let mut reader = SegmentReader::new(EPOCH_REBUILD_WINDOW_BYTES);
         for (segment_base_offset, last_indexed) in segments {
             let Some(first) = probe.header_at(inner, segment_base_offset, 0).await? else {

@@ -75,7 +75,7 @@ const PENDING_BUFFERS_MAX: usize = 8;
 const WRITE_BUFFER_BYTES_MAX: usize = 64 << 20;
 
 /// Configuration of one partition log (Kafka names in the comments).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogConfig {
     /// log.segment.bytes: roll the active segment before it would exceed this size.
     pub segment_bytes_max: u64,
@@ -187,7 +187,8 @@ pub struct Log {
 
 struct Inner {
     dir: PathBuf,
-    config: LogConfig,
+    /// The topic's settings can change while the log is open ([`Log::reconfigure`]).
+    config: Cell<LogConfig>,
     cache: Rc<BatchCache>,
     log_id: u64,
     state: RefCell<State>,
@@ -448,6 +449,23 @@ impl Drop for Inner {
 }
 
 impl Log {
+    /// The settings the log runs with.
+    pub fn config(&self) -> LogConfig {
+        self.inner.config.get()
+    }
+
+    /// Takes a topic's changed settings (segment size and age, index interval, largest
+    /// batch); they apply from the next append or roll. How the log reaches its files and
+    /// its write buffers stay as opened.
+    pub fn reconfigure(&self, mut config: LogConfig) -> Result<(), StorageError> {
+        let current = self.inner.config.get();
+        config.io_mode = current.io_mode;
+        config.write_buffer_bytes_max = current.write_buffer_bytes_max;
+        config.check()?;
+        self.inner.config.set(config);
+        Ok(())
+    }
+
     pub fn log_start_offset(&self) -> i64 {
         self.inner.state.borrow().log_start_offset
     }
@@ -510,7 +528,7 @@ impl Log {
     /// the log failed or closed.
     pub async fn wait_for_room(&self, bytes: usize) -> Result<(), StorageError> {
         let inner = &*self.inner;
-        let pending_bytes_max = inner.config.pending_bytes_max();
+        let pending_bytes_max = inner.config.get().pending_bytes_max();
         self.wait_for_writes(|state| {
             state.queue.pending_bytes == 0
                 || state.queue.pending_bytes + bytes <= pending_bytes_max

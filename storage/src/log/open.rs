@@ -95,7 +95,7 @@ impl Log {
             epoch_checkpoint: epochs::EpochCheckpoint::new(&dir),
             dir,
             log_id: cache.register_log(),
-            config,
+            config: Cell::new(config),
             cache,
             state: RefCell::new(state),
             signals: signals.clone(),

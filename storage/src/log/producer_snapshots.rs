@@ -99,7 +99,7 @@ impl Log {
         kept.reverse();
         *inner.snapshots.borrow_mut() = kept;
         let (from, mut table) = loaded.unwrap_or((log_start_offset, ProducerTable::default()));
-        table.expire(now_ms, inner.config.producer_id_expiration_ms);
+        table.expire(now_ms, inner.config.get().producer_id_expiration_ms);
         let from = from.max(log_start_offset);
         if from < log_end_offset {
             tracing::info!(
@@ -134,7 +134,7 @@ impl Log {
     /// (Kafka's expiry); a forgotten producer's next batch is accepted at any sequence.
     /// Returns how many were forgotten.
     pub fn expire_producers(&self, now_ms: i64) -> usize {
-        let expiration_ms = self.inner.config.producer_id_expiration_ms;
+        let expiration_ms = self.inner.config.get().producer_id_expiration_ms;
         let expired = self
             .inner
             .state

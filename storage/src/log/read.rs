@@ -103,7 +103,7 @@ impl Inner {
             return Ok(ReadPlan::Done(Bytes::from(queued)));
         }
         let file_bytes = (file_end - position) as usize;
-        if self.config.io_mode == IoMode::Direct {
+        if self.config.get().io_mode == IoMode::Direct {
             let mut out = Vec::with_capacity(len);
             let cached = self.cache.copy_prefix(
                 self.log_id,
@@ -404,7 +404,8 @@ impl Log {
         if offset >= log_end_offset.min(end_offset) {
             return Ok(empty);
         }
-        let window_bytes = max_bytes.saturating_add(inner.config.index_interval_bytes as usize * 2);
+        let window_bytes =
+            max_bytes.saturating_add(inner.config.get().index_interval_bytes as usize * 2);
         let mut reader = SegmentReader::new(window_bytes);
         let first = loop {
             match reader
@@ -447,7 +448,7 @@ impl Log {
         let records = reader
             .bytes(inner, segment_base_offset, start, total_bytes)
             .await?;
-        if inner.config.io_mode == IoMode::Direct {
+        if inner.config.get().io_mode == IoMode::Direct {
             self.read_ahead(segment_base_offset, next_offset, window_bytes);
         }
         // No CRC pass here: every batch was checked whole when appended (and, after a crash,
@@ -597,7 +598,7 @@ impl Log {
                 })
                 .collect()
         };
-        let mut reader = SegmentReader::new(inner.config.index_interval_bytes as usize * 2);
+        let mut reader = SegmentReader::new(inner.config.get().index_interval_bytes as usize * 2);
         for (segment_base_offset, mut position) in candidates {
             while let Some(header) = reader
                 .header_at(inner, segment_base_offset, position)

@@ -111,7 +111,7 @@ impl Log {
                 u64::from(segment.index.lookup(offset)),
             )
         };
-        let window_bytes = inner.config.index_interval_bytes as usize * 2;
+        let window_bytes = inner.config.get().index_interval_bytes as usize * 2;
         let mut reader = SegmentReader::new(window_bytes);
         loop {
             let Some(header) = reader
@@ -194,7 +194,7 @@ impl Log {
             &file,
             position,
             &mut segment,
-            inner.config.index_interval_bytes,
+            inner.config.get().index_interval_bytes,
         )
         .await?;
         if outcome.valid_bytes != position || segment.next_offset != offset {
@@ -207,7 +207,7 @@ impl Log {
             return Err(StorageError::corrupt(path, reason));
         }
         segment.roll_base_ms = if was_active { roll_base_ms } else { None };
-        if inner.config.io_mode == IoMode::Direct {
+        if inner.config.get().io_mode == IoMode::Direct {
             load_tail_block(&mut segment).await?;
         }
         let snapshots: Vec<i64> = {

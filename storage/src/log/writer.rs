@@ -39,7 +39,7 @@ impl Inner {
         }
         let path = segment_path(&self.dir, segment_base_offset, LOG_SUFFIX);
         self.reuse_spare(&path);
-        let file = Rc::new(SegmentFile::open(&path, self.config.io_mode).await?);
+        let file = Rc::new(SegmentFile::open(&path, self.config.get().io_mode).await?);
         sync_dir(&self.dir).await?;
         let mut state = self.state.borrow_mut();
         if let Some(slot) = state.segment_slot(segment_base_offset) {
@@ -51,7 +51,7 @@ impl Inner {
     /// How far ahead of its writes a segment file is allocated: `ALLOCATION_STEP_BYTES`, or
     /// a whole segment when segments are smaller.
     fn allocation_step(&self) -> u64 {
-        align_up(self.config.segment_bytes_max).min(ALLOCATION_STEP_BYTES)
+        align_up(self.config.get().segment_bytes_max).min(ALLOCATION_STEP_BYTES)
     }
 
     /// Makes a spare file the new segment file `path`, unless `path` exists already. No

@@ -203,7 +203,7 @@ fn a_missing_checkpoint_is_rebuilt_across_segments() {
             // Two batches per segment, epochs [1 1] [1 2] [2 2] [3]: one segment changes
             // epoch inside, the others do not.
             let config = small_segments(mode, 2);
-            let (log, _) = leader_with(dir.path(), config.clone(), &[1, 1, 1, 2, 2, 2, 3]).await;
+            let (log, _) = leader_with(dir.path(), config, &[1, 1, 1, 2, 2, 2, 3]).await;
             assert_eq!(segment_bases(&log), vec![0, 4, 8, 12]);
             log.close().await.expect("close");
             let path = dir.path().join(EPOCH_FILE);
@@ -406,7 +406,7 @@ fn truncation_drops_later_segments_and_reactivates_the_one_holding_the_offset() 
         run(move || async move {
             let dir = tempfile::tempdir().expect("tmp");
             let config = two_filled_per_segment(mode);
-            let log = open(dir.path(), config.clone()).await;
+            let log = open(dir.path(), config).await;
             for fill in b'a'..b'h' {
                 log.append(&filled(fill), 0, 0).expect("append");
             }
