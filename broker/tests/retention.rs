@@ -14,9 +14,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{batch, values, Client, Node};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use common::{batch, earliest_offset, fetch_values as fetch, Client, Node};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -52,43 +50,6 @@ fn produce(client: &mut Client, topic: &str, value: &[u8]) -> i64 {
     let partition = &answer.responses[0].partition_responses[0];
     assert_eq!(partition.error_code, 0);
     partition.base_offset
-}
-
-fn earliest(client: &mut Client, topic: &str) -> i64 {
-    let request = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(name(topic))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(0)
-                .with_timestamp(-2)])]);
-    let ResponseKind::ListOffsets(answer) = client.call(5, RequestKind::ListOffsets(request))
-    else {
-        unreachable!()
-    };
-    let partition = &answer.topics[0].partitions[0];
-    assert_eq!(partition.error_code, 0);
-    partition.offset
-}
-
-/// Error code and record values of a fetch at `offset`.
-fn fetch(client: &mut Client, topic: &str, offset: i64) -> (i16, Vec<Bytes>) {
-    let request = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20)])]);
-    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
-        unreachable!()
-    };
-    let partition = &answer.responses[0].partitions[0];
-    let records = partition.records.as_ref().map(values).unwrap_or_default();
-    (partition.error_code, records)
 }
 
 /// Every record value from `offset` to `end`, fetched a segment at a time.
@@ -137,7 +98,7 @@ fn retention_bytes_deletes_old_segments_of_delete_topics_only() {
     // that sees them all (every 100 ms).
     let deadline = Instant::now() + Duration::from_secs(20);
     let start = loop {
-        let start = earliest(&mut client, "aging");
+        let start = earliest_offset(&mut client, "aging");
         if start >= 21 || Instant::now() > deadline {
             break start;
         }
@@ -156,7 +117,7 @@ fn retention_bytes_deletes_old_segments_of_delete_topics_only() {
     let expected: Vec<Bytes> = (start..BATCHES).map(|i| Bytes::from(value(i))).collect();
     assert!(fetch_to(&mut client, "aging", start, BATCHES) == expected);
 
-    assert_eq!(earliest(&mut client, "kept"), 0);
+    assert_eq!(earliest_offset(&mut client, "kept"), 0);
     let (error, records) = fetch(&mut client, "kept", 0);
     assert_eq!(error, 0);
     assert_eq!(records.first(), Some(&Bytes::from(value(0))));
@@ -164,16 +125,16 @@ fn retention_bytes_deletes_old_segments_of_delete_topics_only() {
     // Everything in "expired" is older than the default 7 days: all of it goes, and the
     // log keeps its end offset.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while earliest(&mut client, "expired") < BATCHES && Instant::now() < deadline {
+    while earliest_offset(&mut client, "expired") < BATCHES && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(earliest(&mut client, "expired"), BATCHES);
+    assert_eq!(earliest_offset(&mut client, "expired"), BATCHES);
     assert_eq!(fetch(&mut client, "expired", BATCHES), (0, Vec::new()));
 
     let node = node.kill().restart(SETTINGS);
     let mut client = node.connect();
-    assert_eq!(earliest(&mut client, "aging"), start);
+    assert_eq!(earliest_offset(&mut client, "aging"), start);
     assert!(fetch_to(&mut client, "aging", start, BATCHES) == expected);
-    assert_eq!(earliest(&mut client, "expired"), BATCHES);
+    assert_eq!(earliest_offset(&mut client, "expired"), BATCHES);
     assert_eq!(produce(&mut client, "expired", b"later"), BATCHES);
 }

@@ -170,6 +170,7 @@ pub fn api_key_of(request: &RequestKind) -> Result<ApiKey> {
         RequestKind::InitProducerId(_) => ApiKey::InitProducerId,
         RequestKind::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
         RequestKind::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
+        RequestKind::DeleteRecords(_) => ApiKey::DeleteRecords,
         other => bail!("this client does not frame {other:?}"),
     })
 }

@@ -1205,6 +1205,74 @@ async fn seven_batches_in_four_segments(dir: &Path, config: LogConfig) -> Log {
 }
 
 #[test]
+fn deleted_records_are_gone_for_readers_and_stay_gone_after_a_restart() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = small_segments(mode, 2);
+            let log = seven_batches_in_four_segments(dir.path(), config).await;
+            assert_eq!(log.delete_records_before(6).await.expect("delete"), 6);
+            assert_eq!(
+                segment_bases(&log),
+                vec![4, 8, 12],
+                "segment 0 ended before 6"
+            );
+            assert_eq!(log.log_start_offset(), 6);
+            assert!(matches!(
+                log.read(5, 1 << 20).await,
+                Err(ReadError::OffsetOutOfRange {
+                    log_start_offset: 6,
+                    ..
+                })
+            ));
+            assert_eq!(
+                batch_base_offsets(&read_all(&log, 6).await),
+                vec![6, 8, 10, 12]
+            );
+            assert_eq!(
+                log.delete_records_before(3).await.expect("below"),
+                6,
+                "never back"
+            );
+            assert!(matches!(
+                log.delete_records_before(15).await,
+                Err(ReadError::OffsetOutOfRange {
+                    log_end_offset: 14,
+                    ..
+                })
+            ));
+            // Retention does not move the start back to a segment's base.
+            let keep_all = Retention { ms: -1, bytes: -1 };
+            log.apply_retention(keep_all, 0).await.expect("retention");
+            assert_eq!(log.log_start_offset(), 6);
+            log.close().await.expect("close");
+
+            let log = open(dir.path(), config).await;
+            assert_eq!(log.log_start_offset(), 6, "the start survives a restart");
+            assert!(log.read(5, 1 << 20).await.is_err());
+            // Up to the end: everything but the active segment goes, appends go on.
+            assert_eq!(log.delete_records_before(14).await.expect("all"), 14);
+            assert_eq!(segment_bases(&log), vec![12]);
+            assert_eq!(
+                log.read(14, 1 << 20)
+                    .await
+                    .expect("at the end")
+                    .records
+                    .len(),
+                0
+            );
+            assert_eq!(
+                log.append(&batch(2, 1_000), 0, 0)
+                    .expect("append")
+                    .base_offset,
+                14
+            );
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
 fn retention_by_size_deletes_the_oldest_segments_and_moves_the_start() {
     for mode in modes() {
         run(move || async move {

@@ -6,6 +6,7 @@ mod authorized;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
+mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
@@ -64,6 +65,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::InitProducerId, 0, 5),
         (ApiKey::OffsetForLeaderEpoch, 2, 4),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
+        (ApiKey::DeleteRecords, 0, 2),
     ])
 }
 
@@ -135,6 +137,7 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::DeleteGroups(body) => respond(delete_groups::handle(&shard, body).await),
         RequestKind::OffsetDelete(body) => respond(offset_delete::handle(&shard, body).await),
         RequestKind::InitProducerId(body) => respond(init_producer_id::handle(&shard, body).await),
+        RequestKind::DeleteRecords(body) => respond(delete_records::handle(&shard, body).await),
         RequestKind::IncrementalAlterConfigs(body) => {
             respond(incremental_alter_configs::handle(&shard, body).await)
         }

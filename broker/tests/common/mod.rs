@@ -308,7 +308,7 @@ pub fn partition_files(dir: &Path, topic: &str, partition: i32, suffix: &str) ->
         .count()
 }
 
-fn topic_name(topic: &str) -> kafka_protocol::messages::TopicName {
+pub fn topic_name(topic: &str) -> kafka_protocol::messages::TopicName {
     kafka_protocol::messages::TopicName(StrBytes::from_string(topic.to_string()))
 }
 
@@ -466,4 +466,46 @@ fn read_record_sets(
         }
     }
     panic!("reading {topic}-{partition} did not end");
+}
+
+/// The log start offset of partition 0 of `topic` (ListOffsets earliest, v5).
+pub fn earliest_offset(client: &mut Client, topic: &str) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-2)])]);
+    let ResponseKind::ListOffsets(answer) = client.call(5, RequestKind::ListOffsets(request))
+    else {
+        unreachable!()
+    };
+    let partition = &answer.topics[0].partitions[0];
+    assert_eq!(partition.error_code, 0, "ListOffsets earliest of {topic}");
+    partition.offset
+}
+
+/// Error code and record values of a fetch of partition 0 of `topic` at `offset`.
+pub fn fetch_values(client: &mut Client, topic: &str, offset: i64) -> (i16, Vec<Bytes>) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::FetchRequest;
+    let request = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]);
+    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let partition = &answer.responses[0].partitions[0];
+    let records = partition.records.as_ref().map(values).unwrap_or_default();
+    (partition.error_code, records)
 }

@@ -29,7 +29,8 @@
 //! writer.rs              the writer task, segment files, sealing, group commit (`Log::sync`)
 //! read.rs                read plans, `SegmentReader`, read-ahead, reads and time queries
 //! open.rs                `Log::open`: directory listing, segment recovery, spares
-//! retention.rs           `Log::apply_retention`
+//! retention.rs           `Log::apply_retention`, and deleting segments below a start
+//! delete_records.rs      `Log::delete_records_before` (DeleteRecords) and its checkpoint
 //! truncate.rs            a follower's `truncate_to`
 //! epochs.rs              the leader-epoch cache: its checkpoint file, OffsetsForLeaderEpoch
 //! producer_snapshots.rs  producer-state snapshots: written at rolls and close, loaded on open
@@ -58,6 +59,7 @@ pub use self::stats::{DiskReads, DiskWrites, WriteProgress};
 use self::write_queue::{Chunk, ChunkInfo, Job, Snapshot, WriteQueue};
 
 mod append;
+mod delete_records;
 mod epochs;
 mod open;
 mod producer_snapshots;

@@ -58,8 +58,14 @@ impl Log {
         let loaded_epochs = epochs::load_checkpoint(&dir).await?;
         let (segments, scanned_epochs) =
             open_segments(&dir, &config, &bases, clean_shutdown).await?;
-        let log_start_offset = segments[0].base_offset;
-        let log_end_offset = segments.last().map_or(log_start_offset, |s| s.next_offset);
+        let first_base_offset = segments[0].base_offset;
+        let log_end_offset = segments.last().map_or(first_base_offset, |s| s.next_offset);
+        // DeleteRecords may have moved the start into the first segment.
+        let log_start_offset = Inner::recorded_log_start(&dir)
+            .await?
+            .map_or(first_base_offset, |recorded| {
+                recorded.clamp(first_base_offset, log_end_offset)
+            });
         // A checkpoint may describe batches a crash took back, or segments retention deleted;
         // batches recovery scanned may carry epochs it never saw.
         let rebuild_epochs = loaded_epochs.is_none();
@@ -137,7 +143,10 @@ fn list_segment_bases(dir: &Path) -> Result<DirListing, StorageError> {
             Some((base, _)) => index_bases.push(base),
             None => {
                 let name = entry.file_name();
-                if is_leftover(&name.to_string_lossy(), LEADER_EPOCH_CHECKPOINT_FILE) {
+                let name = name.to_string_lossy();
+                if is_leftover(&name, LEADER_EPOCH_CHECKPOINT_FILE)
+                    || is_leftover(&name, super::delete_records::LOG_START_FILE)
+                {
                     remove_file_if_present(&entry.path())?;
                 }
             }

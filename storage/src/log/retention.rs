@@ -2,7 +2,8 @@
 //! decision): deleting the oldest whole segments, moving the log start offset, and keeping
 //! up to `SPARES_MAX` deleted `.log` files for new segments to reuse.
 //!
-//! Invariants: the log start offset is the first remaining segment's base offset; a segment
+//! Invariants: the log start offset is the first remaining segment's base offset, or past it
+//! where DeleteRecords moved it (`delete_records.rs`); a segment
 //! the write queue still holds an op of (data or seal) is not deleted; files go oldest first,
 //! so a crash part-way leaves a shorter log, never a hole; the active segment is never
 //! deleted (when every record expired it is rolled first and its successor's file created).
@@ -82,6 +83,19 @@ impl Log {
             self.flush().await?;
             inner.segment_file(keep_from).await?;
         }
+        self.delete_segments_before(keep_from, "retention deleted segments")
+            .await
+    }
+
+    /// Deletes every segment that ends at or below `keep_from` (its successor starts there
+    /// or before), oldest first, and moves the log start offset up to the first one kept
+    /// (never down: DeleteRecords may have moved it into that segment already).
+    pub(super) async fn delete_segments_before(
+        &self,
+        keep_from: i64,
+        why: &'static str,
+    ) -> Result<Deleted, StorageError> {
+        let inner = &*self.inner;
         let (deleted, bases) = {
             let mut state = inner.state.borrow_mut();
             let state = &mut *state;
@@ -121,7 +135,7 @@ impl Log {
             segments = deleted.segments,
             bytes = deleted.bytes,
             log_start_offset,
-            "retention deleted segments"
+            "{why}"
         );
         let dir = inner.dir.clone();
         let spare_room = SPARES_MAX.saturating_sub(inner.spares.borrow().len());
