@@ -71,6 +71,8 @@ pub struct BrokerConfig {
     /// `cluster.id` if configured; a node takes its cluster id from its formatted storage
     /// (`meta.properties`), and refuses to start if the two differ.
     pub cluster_id: Option<String>,
+    /// The log directory's id from `meta.properties`, known once the node has started.
+    pub directory_id: Option<String>,
     /// `broker.rack`: announced in the broker's registration and to clients.
     pub rack: Option<String>,
     pub listener: Listener,
@@ -337,6 +339,7 @@ impl BrokerConfig {
                 i32::MAX,
             )?,
             cluster_id: get("cluster.id").map(str::to_string),
+            directory_id: None,
             rack: get("broker.rack").map(str::to_string),
             listener,
             advertised,

@@ -155,6 +155,12 @@ impl Controller {
         Controller::publish(shard, None).await
     }
 
+    /// The metadata log's end offset: records committed so far (its high watermark, a
+    /// one-voter quorum committing what it writes).
+    pub fn metadata_end_offset(&self) -> u64 {
+        self.store.borrow().end_offset()
+    }
+
     /// This node's registration epoch, -1 before it registered.
     pub fn broker_epoch(&self, broker_id: i32) -> i64 {
         self.committed

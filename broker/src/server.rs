@@ -53,6 +53,7 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         true,
     )?;
     config.cluster_id = Some(formatted.cluster_id);
+    config.directory_id = Some(formatted.directory_id);
     let listener = crate::listener::bind(&config.listener.host, config.listener.port)?;
     let port = listener.local_addr().context("listener address")?.port();
     // Port 0 asked the kernel for a port: it is known now, and clients are told it.

@@ -171,6 +171,7 @@ pub fn api_key_of(request: &RequestKind) -> Result<ApiKey> {
         RequestKind::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
         RequestKind::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
         RequestKind::DeleteRecords(_) => ApiKey::DeleteRecords,
+        RequestKind::DescribeQuorum(_) => ApiKey::DescribeQuorum,
         other => bail!("this client does not frame {other:?}"),
     })
 }

@@ -143,6 +143,19 @@ def test_kafka_delete_records_moves_the_low_watermark(broker, tmp_path):
     assert earliest == [f"{topic}:0:6"], earliest
 
 
+def test_kafka_metadata_quorum_describes_a_one_voter_quorum(broker):
+    create_topic(broker.bootstrap, unique_topic("quorum"), 1)
+    status = kj.tool(kj.METADATA_QUORUM, "--bootstrap-server", broker.bootstrap, "describe",
+                     "--status").stdout
+    assert re.search(r"LeaderId:\s+1\b", status), status
+    high_watermark = int(re.search(r"HighWatermark:\s+(\d+)", status).group(1))
+    assert high_watermark > 0, status
+    assert re.search(r"CurrentVoters:\s+\[.*\"id\":\s*1\b", status), status
+    replication = kj.tool(kj.METADATA_QUORUM, "--bootstrap-server", broker.bootstrap,
+                          "describe", "--replication").stdout
+    assert re.search(r"^1\s+\S+\s+%d\s+0\s+" % high_watermark, replication, re.M), replication
+
+
 def test_kafka_get_offsets(broker):
     topic = unique_topic("offsets")
     create_topic(broker.bootstrap, topic, 2)

@@ -70,6 +70,8 @@ pub trait MetadataStore {
     /// Replaces every committed record by `image`'s own records; `image` must be what the
     /// committed records build.
     fn snapshot(&mut self, image: &MetadataImage) -> Result<(), StoreError>;
+    /// The offset the next record will have: records in the log, a snapshot's included.
+    fn end_offset(&self) -> u64;
 }
 
 pub struct FileMetadataStore {
@@ -240,6 +242,10 @@ impl MetadataStore for FileMetadataStore {
 
     fn snapshot(&mut self, image: &MetadataImage) -> Result<(), StoreError> {
         self.rewrite(&image.to_records())
+    }
+
+    fn end_offset(&self) -> u64 {
+        self.next_offset
     }
 }
 

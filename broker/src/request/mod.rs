@@ -11,6 +11,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_quorum;
 mod fetch;
 mod find_coordinator;
 mod group_route;
@@ -66,6 +67,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::OffsetForLeaderEpoch, 2, 4),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
         (ApiKey::DeleteRecords, 0, 2),
+        (ApiKey::DescribeQuorum, 0, 2),
     ])
 }
 
@@ -138,6 +140,9 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::OffsetDelete(body) => respond(offset_delete::handle(&shard, body).await),
         RequestKind::InitProducerId(body) => respond(init_producer_id::handle(&shard, body).await),
         RequestKind::DeleteRecords(body) => respond(delete_records::handle(&shard, body).await),
+        RequestKind::DescribeQuorum(body) => {
+            respond(describe_quorum::handle(&shard, body, version).await)
+        }
         RequestKind::IncrementalAlterConfigs(body) => {
             respond(incremental_alter_configs::handle(&shard, body).await)
         }
