@@ -630,7 +630,7 @@ fn cluster_describe_names_the_cluster_its_controller_and_its_brokers() {
     let node = Node::start(&["broker.rack=rack-a"]);
     let out = ok(&node, &["cluster", "describe"], "");
     let lines = lines(&out);
-    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines.len(), 4, "{out}");
     let properties = std::fs::read_to_string(node.dir.join("data/meta.properties")).expect("read");
     let cluster_id = properties
         .lines()
@@ -646,5 +646,15 @@ fn cluster_describe_names_the_cluster_its_controller_and_its_brokers() {
             "\tBroker: 1\tEndpoint: 127.0.0.1:{}\tRack: rack-a\tFenced: false",
             node.port
         )
+    );
+    // A node alone is the whole quorum: the leader, caught up with what it committed.
+    let high_watermark: i64 = lines[2]
+        .strip_prefix("MetadataQuorum: leader 1\tLeaderEpoch: 0\tHighWatermark: ")
+        .and_then(|rest| rest.parse().ok())
+        .unwrap_or_else(|| panic!("quorum line: {}", lines[2]));
+    assert!(high_watermark > 0, "its registration is committed");
+    assert_eq!(
+        lines[3],
+        format!("\tVoter: 1\tLogEndOffset: {high_watermark}\tLag: 0")
     );
 }

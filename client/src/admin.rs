@@ -1,6 +1,6 @@
 //! Topic administration, the cluster and producer ids: CreateTopics, DeleteTopics,
-//! CreatePartitions, DescribeConfigs (a topic's overrides), DescribeCluster and
-//! InitProducerId, sent to any broker (the controller's work is the broker's business).
+//! CreatePartitions, DescribeConfigs (a topic's overrides), DescribeCluster, DescribeQuorum
+//! and InitProducerId, sent to any broker (the controller's work is the broker's business).
 //!
 //! Invariants:
 //! - Every call checks the per-topic error of its answer and fails with Kafka's error name
@@ -18,7 +18,7 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, InitProducerIdRequest,
+    DescribeConfigsRequest, DescribeQuorumRequest, InitProducerIdRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -225,6 +225,61 @@ pub async fn describe_cluster(connection: &mut Connection) -> Result<ClusterDesc
         controller_id: answer.controller_id.0,
         brokers,
     })
+}
+
+/// One voter of the metadata quorum and how far its log goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub log_end_offset: i64,
+}
+
+/// The metadata quorum (DescribeQuorum): its leader, high watermark and voters; `None`
+/// when the broker does not offer the API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuorumDescription {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub high_watermark: i64,
+    pub voters: Vec<Voter>,
+}
+
+pub async fn describe_quorum(connection: &mut Connection) -> Result<Option<QuorumDescription>> {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    if !connection.supports::<DescribeQuorumRequest>() {
+        return Ok(None);
+    }
+    let version = connection.version::<DescribeQuorumRequest>()?;
+    let request = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+        .with_topic_name(topic_name("__cluster_metadata"))
+        .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+    let answer = connection.call_at(version, &request).await?;
+    check(answer.error_code, answer.error_message.as_ref(), || {
+        "DescribeQuorum".to_string()
+    })?;
+    let partition = answer
+        .topics
+        .first()
+        .and_then(|topic| topic.partitions.first())
+        .ok_or_else(|| anyhow!("DescribeQuorum answered no partition"))?;
+    check(
+        partition.error_code,
+        partition.error_message.as_ref(),
+        || "DescribeQuorum".to_string(),
+    )?;
+    Ok(Some(QuorumDescription {
+        leader_id: partition.leader_id.0,
+        leader_epoch: partition.leader_epoch,
+        high_watermark: partition.high_watermark,
+        voters: partition
+            .current_voters
+            .iter()
+            .map(|voter| Voter {
+                id: voter.replica_id.0,
+                log_end_offset: voter.log_end_offset,
+            })
+            .collect(),
+    }))
 }
 
 /// A producer id and epoch for an idempotent producer (no transactional id), from the

@@ -42,6 +42,7 @@ pub const CLIENT_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeQuorum, 0, 2),
 ];
 
 /// The version of `api` to speak: the highest in both ranges, or an error naming the API.
@@ -162,6 +163,7 @@ mod tests {
         inside::<InitProducerIdRequest>();
         inside::<kafka_protocol::messages::OffsetForLeaderEpochRequest>();
         inside::<kafka_protocol::messages::DescribeClusterRequest>();
-        assert_eq!(CLIENT_APIS.len(), 23, "every entry checked above");
+        inside::<kafka_protocol::messages::DescribeQuorumRequest>();
+        assert_eq!(CLIENT_APIS.len(), 24, "every entry checked above");
     }
 }

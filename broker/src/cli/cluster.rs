@@ -1,12 +1,13 @@
 //! `ringlog cluster describe`: the cluster's id, its active controller and its brokers
-//! (endpoint, rack, fenced or not), over DescribeCluster, as `kafka-cluster` and
-//! `kafka-broker-api-versions` show them.
+//! (endpoint, rack, fenced or not) over DescribeCluster, and the metadata quorum (leader,
+//! high watermark, each voter's log end offset) over DescribeQuorum, as `kafka-cluster` and
+//! `kafka-metadata-quorum` show them.
 
 use std::io::Write;
 
 use anyhow::Result;
 use clap::Subcommand;
-use client::admin::{self, ClusterDescription};
+use client::admin::{self, ClusterDescription, QuorumDescription};
 
 use super::Connect;
 
@@ -29,7 +30,12 @@ pub fn run(args: ClusterArgs, out: &mut impl Write) -> Result<()> {
     match args.command {
         ClusterCommand::Describe => {
             let description = cluster.run(async |c| admin::describe_cluster(c.any()).await)?;
-            write_description(out, &description)
+            let quorum = cluster.run(async |c| admin::describe_quorum(c.any()).await)?;
+            write_description(out, &description)?;
+            if let Some(quorum) = quorum {
+                write_quorum(out, &quorum)?;
+            }
+            Ok(())
         }
     }
 }
@@ -57,10 +63,56 @@ pub fn write_description(out: &mut impl Write, cluster: &ClusterDescription) -> 
     Ok(())
 }
 
+/// The quorum's line, then one per voter.
+pub fn write_quorum(out: &mut impl Write, quorum: &QuorumDescription) -> Result<()> {
+    writeln!(
+        out,
+        "MetadataQuorum: leader {}\tLeaderEpoch: {}\tHighWatermark: {}",
+        quorum.leader_id, quorum.leader_epoch, quorum.high_watermark
+    )?;
+    for voter in &quorum.voters {
+        writeln!(
+            out,
+            "\tVoter: {}\tLogEndOffset: {}\tLag: {}",
+            voter.id,
+            voter.log_end_offset,
+            quorum.high_watermark - voter.log_end_offset
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use client::admin::BrokerDescription;
+    use client::admin::{BrokerDescription, Voter};
+
+    #[test]
+    fn the_quorum_names_every_voter_and_its_lag() {
+        let quorum = QuorumDescription {
+            leader_id: 2,
+            leader_epoch: 4,
+            high_watermark: 120,
+            voters: vec![
+                Voter {
+                    id: 1,
+                    log_end_offset: 118,
+                },
+                Voter {
+                    id: 2,
+                    log_end_offset: 120,
+                },
+            ],
+        };
+        let mut out = Vec::new();
+        write_quorum(&mut out, &quorum).expect("written");
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            "MetadataQuorum: leader 2\tLeaderEpoch: 4\tHighWatermark: 120\n\
+             \tVoter: 1\tLogEndOffset: 118\tLag: 2\n\
+             \tVoter: 2\tLogEndOffset: 120\tLag: 0\n"
+        );
+    }
 
     #[test]
     fn the_description_names_every_broker() {
