@@ -155,7 +155,6 @@ fn finish(mut response: ProduceResponse, acks: i16, invalid_acks: bool, version:
 
 /// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951).
 fn leader_endpoints(shard: &Shard, response: &ProduceResponse) -> Vec<NodeEndpoint> {
-    let image = shard.image();
     let mut leaders: Vec<i32> = response
         .responses
         .iter()
@@ -163,8 +162,13 @@ fn leader_endpoints(shard: &Shard, response: &ProduceResponse) -> Vec<NodeEndpoi
         .filter(|p| p.error_code == code(ResponseError::NotLeaderOrFollower))
         .map(|p| p.current_leader.leader_id.0)
         .collect();
+    if leaders.is_empty() {
+        // The common answer: no image is taken (its `Arc` is shared by every shard).
+        return Vec::new();
+    }
     leaders.sort_unstable();
     leaders.dedup();
+    let image = shard.image();
     leaders
         .into_iter()
         .filter_map(|id| {
