@@ -134,47 +134,43 @@ impl Shard {
         if image.epoch < self.image.borrow().epoch || self.stopped.get() {
             return Ok(Vec::new());
         }
-        *self.image.borrow_mut() = image.clone();
+        let previous = std::mem::replace(&mut *self.image.borrow_mut(), image.clone());
         let node = self.config.node_id;
         // Logs this node no longer holds: topics that vanished or were re-created under a
-        // new id, and replicas moved to other brokers.
-        let mut changed = Vec::new();
+        // new id, and replicas moved to other brokers. Logs it keeps take their partition's
+        // leadership, and their topic's settings if they changed (IncrementalAlterConfigs).
         let gone: Vec<Rc<Partition>> = {
             let mut partitions = self.partitions.borrow_mut();
             let mut gone = Vec::new();
             partitions.retain(|name, slots| {
+                let topic = image.topic(name);
+                let settings_changed =
+                    topic.map(|t| &t.configs) != previous.topic(name).map(|t| &t.configs);
+                let wanted = topic
+                    .filter(|_| settings_changed)
+                    .map(|t| self.log_config(t));
                 for slot in slots.iter_mut() {
                     let Some(partition) = slot else { continue };
-                    let held = image
-                        .topic(name)
+                    let held = topic
                         .filter(|topic| topic.id == partition.topic_id)
                         .and_then(|topic| topic.partition(partition.index))
                         .filter(|state| state.replicas.contains(&node));
-                    match held {
-                        Some(state) => {
-                            partition.update(state, node);
-                            changed.push((partition.clone(), name.clone()));
+                    let Some(state) = held else {
+                        gone.extend(slot.take());
+                        continue;
+                    };
+                    partition.update(state, node);
+                    if let Some(wanted) = wanted {
+                        if let Err(error) = partition.log.reconfigure(wanted) {
+                            tracing::warn!(topic = %name, partition = partition.index, %error,
+                                "topic settings not applied");
                         }
-                        None => gone.extend(slot.take()),
                     }
                 }
                 slots.iter().any(Option::is_some)
             });
             gone
         };
-        // Topic settings changed at run time (IncrementalAlterConfigs) reach open logs.
-        for (partition, name) in changed {
-            let Some(topic) = image.topic(&name) else {
-                continue;
-            };
-            let wanted = self.log_config(topic);
-            if partition.log.config() != wanted {
-                if let Err(error) = partition.log.reconfigure(wanted) {
-                    tracing::warn!(topic = %name, partition = partition.index, %error,
-                        "topic settings not applied");
-                }
-            }
-        }
         let mut failures = Vec::new();
         for partition in gone {
             partition.retire();
