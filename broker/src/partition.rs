@@ -28,6 +28,10 @@ use crate::errors::{self, code};
 use crate::metadata::PartitionState;
 use kafka_protocol::error::ResponseError;
 
+/// `replica_id` of a tool that may read any replica, leader or not (Kafka's
+/// `DEBUGGING_REPLICA_ID`): ListOffsets and OffsetsForLeaderEpoch skip the leadership check.
+pub const DEBUGGING_REPLICA_ID: i32 = -2;
+
 /// This node's view of who leads a partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leadership {

@@ -7,6 +7,9 @@
 //! replicated metadata log can replace it behind the same trait without touching request
 //! handlers.
 
+/// The name of the metadata log, as Kafka names it (its directory, DescribeQuorum's topic).
+pub const METADATA_TOPIC: &str = "__cluster_metadata";
+
 pub mod image;
 mod legacy;
 pub mod records;

@@ -92,7 +92,7 @@ impl FileMetadataStore {
     /// The store in `dir` (created if missing), on the node `node_id`.
     pub fn new(dir: &Path, node_id: i32) -> FileMetadataStore {
         FileMetadataStore {
-            path: dir.join("__cluster_metadata").join(RECORDS_FILE),
+            path: dir.join(super::METADATA_TOPIC).join(RECORDS_FILE),
             legacy_node_id: node_id,
             file: None,
             len: 0,

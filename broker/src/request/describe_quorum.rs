@@ -17,9 +17,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::now_ms;
 use crate::errors::code;
+use crate::metadata::METADATA_TOPIC;
 use crate::shard_state::Shard;
-
-const METADATA_TOPIC: &str = "__cluster_metadata";
 
 pub async fn handle(
     shard: &Rc<Shard>,

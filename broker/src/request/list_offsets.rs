@@ -18,6 +18,7 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, ResponseKind};
 
 use crate::errors::{self, code};
+use crate::partition::DEBUGGING_REPLICA_ID;
 use crate::shard_state::Shard;
 
 const LATEST: i64 = -1;
@@ -25,8 +26,6 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
-/// `replica_id` of a tool that may read any replica (Kafka's `DEBUGGING_REPLICA_ID`).
-const DEBUGGING_REPLICA_ID: i32 = -2;
 
 pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest, version: i16) -> ResponseKind {
     let mut response = ListOffsetsResponse::default();

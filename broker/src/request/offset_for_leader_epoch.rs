@@ -17,10 +17,9 @@ use kafka_protocol::messages::{
 };
 
 use crate::errors::code;
+use crate::partition::DEBUGGING_REPLICA_ID;
 use crate::shard_state::Shard;
 
-/// `replica_id` of a tool that may ask any replica (Kafka's `DEBUGGING_REPLICA_ID`).
-const DEBUGGING_REPLICA_ID: i32 = -2;
 const UNDEFINED_EPOCH: i32 = -1;
 const UNDEFINED_OFFSET: i64 = -1;
 
