@@ -9,9 +9,12 @@
 # e.g. acks=1 at full speed and at 5 M msgs/s (open loop), 100-byte messages, 3 pairs:
 #   scripts/ab.sh /tmp/ringlog-before target/release/ringlog /tmp/ab 3 -- --acks 1 --duration 10s
 #   scripts/ab.sh /tmp/ringlog-before target/release/ringlog /tmp/ab 3 -- --acks 1 --rate 5000000
+# AB_OLD_SET and AB_NEW_SET add node settings (space-separated key=value) to one side, so one
+# binary can be compared with itself under two settings:
+#   AB_OLD_SET=log.io.zero.ahead.bytes=0 scripts/ab.sh B B /tmp/ab 3 -- --acks 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 5 ] && [ "$5" = "--" ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 5 ] && [ "$5" = "--" ] || { sed -n '2,15p' "$0"; exit 2; }
 old=$1 new=$2 out=$3 pairs=$4
 shift 5
 bench=${RINGLOG_BENCH:-${CARGO_TARGET_DIR:-target}/release/ringlog-bench}
@@ -20,12 +23,15 @@ data_root=${AB_DATA:-$PWD/data-ab}
 mkdir -p "$out"
 
 run() { # label binary index bench-arguments...
-    local label=$1 binary=$2 index=$3 dir="$data_root/$1-$3"
+    local label=$1 binary=$2 index=$3 dir="$data_root/$1-$3" settings=()
     shift 3
+    local extra=${AB_OLD_SET:-}
+    [ "$label" = new ] && extra=${AB_NEW_SET:-}
+    for setting in $extra; do settings+=(--set "$setting"); done
     rm -rf "$dir"
     mkdir -p "$dir"
     taskset -c 0 "$binary" serve --cores 1 --set "log.dirs=$dir" \
-        --set "listeners=PLAINTEXT://127.0.0.1:$port" >"$dir.log" 2>&1 &
+        --set "listeners=PLAINTEXT://127.0.0.1:$port" "${settings[@]}" >"$dir.log" 2>&1 &
     local node=$!
     # Ready: the "ready" line, or for a binary older than that line, its "listening" line
     # and half a second for its start-up.
