@@ -109,6 +109,7 @@ pub struct QuorumNode {
     snapshot: Rc<RefCell<Snapshot>>,
     outbox: Vec<Message>,
     committed: Vec<Committed>,
+    voters: Vec<u64>,
 }
 
 impl QuorumNode {
@@ -154,6 +155,7 @@ impl QuorumNode {
             snapshot,
             outbox: Vec::new(),
             committed,
+            voters: voters.to_vec(),
         })
     }
 
@@ -177,6 +179,43 @@ impl QuorumNode {
     /// The highest index known committed.
     pub fn commit_index(&self) -> u64 {
         self.raw.raft.raft_log.committed
+    }
+
+    /// The voters of the quorum.
+    pub fn voters(&self) -> Vec<u64> {
+        self.voters.clone()
+    }
+
+    /// The index of the last entry in this voter's log.
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
+    /// On the leader, how far each voter's log is known to match its own (this voter's own
+    /// entry is its last index); empty elsewhere.
+    pub fn voter_progress(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let own = self.id();
+        let mut progress: Vec<(u64, u64)> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .map(|(&id, pr)| {
+                (
+                    id,
+                    if id == own {
+                        self.last_index()
+                    } else {
+                        pr.matched
+                    },
+                )
+            })
+            .collect();
+        progress.sort_unstable();
+        progress
     }
 
     /// Bytes of log since the last snapshot.

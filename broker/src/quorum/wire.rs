@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 
 /// A snapshot of the metadata image is the largest message; far above any real one.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
-const HEADER_BYTES: usize = 8;
+/// Length and checksum ahead of each frame's body.
+pub const HEADER_BYTES: usize = 8;
 
 /// Who is on the other end of a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

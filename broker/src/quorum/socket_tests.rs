@@ -1,0 +1,331 @@
+//! The quorum over real sockets: three voters on loopback ports in one process, each on its
+//! own quorum thread with its own files. They elect a leader, replicate proposals in order,
+//! survive the loss of the leader, take a restarted voter back, and refuse a peer of another
+//! cluster. Every wait is bounded.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::runner::{Quorum, QuorumConfig};
+use super::transport::Membership;
+use super::wire::{self, Frame, Hello, WireMessage};
+use super::Committed;
+
+/// Ticks of 20 ms: elections in well under a second.
+const TICK: Duration = Duration::from_millis(20);
+const WAIT: Duration = Duration::from_secs(20);
+const CLUSTER: &str = "socket-tests-cluster";
+
+struct Voters {
+    dir: tempfile::TempDir,
+    addresses: BTreeMap<u64, SocketAddr>,
+    running: BTreeMap<u64, Quorum>,
+    /// What each voter applied, in order: (index, data).
+    applied: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
+}
+
+fn hello(id: u64) -> Hello {
+    Hello {
+        cluster_id: CLUSTER.into(),
+        node_id: id,
+        directory_id: format!("dir-{id}"),
+    }
+}
+
+impl Voters {
+    fn start_all(count: u64) -> Voters {
+        let mut listeners = BTreeMap::new();
+        for id in 1..=count {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            listeners.insert(id, listener);
+        }
+        let addresses = listeners
+            .iter()
+            .map(|(&id, l)| (id, l.local_addr().expect("address")))
+            .collect();
+        let mut voters = Voters {
+            dir: tempfile::tempdir().expect("tmp"),
+            addresses,
+            running: BTreeMap::new(),
+            applied: BTreeMap::new(),
+        };
+        for (id, listener) in listeners {
+            voters.start_on(id, listener);
+        }
+        voters
+    }
+
+    fn config(&self, id: u64) -> QuorumConfig {
+        QuorumConfig {
+            dir: self.dir.path().join(id.to_string()),
+            membership: Membership {
+                local: hello(id),
+                voters: self.addresses.clone(),
+            },
+            tick: TICK,
+        }
+    }
+
+    fn start_on(&mut self, id: u64, listener: TcpListener) {
+        let quorum = Quorum::start(self.config(id), listener).expect("starts");
+        self.running.insert(id, quorum);
+        // A restarted state machine is rebuilt from the log.
+        self.applied.insert(id, Vec::new());
+    }
+
+    fn restart(&mut self, id: u64) {
+        let listener = bind_again(self.addresses[&id]);
+        self.start_on(id, listener);
+    }
+
+    fn stop(&mut self, id: u64) {
+        self.running.remove(&id);
+    }
+
+    /// Applies what every running voter committed since the last call.
+    fn drain(&mut self) {
+        for (id, quorum) in &self.running {
+            let applied = self.applied.get_mut(id).expect("state");
+            for committed in quorum.committed().try_iter() {
+                match committed {
+                    Committed::Entry { index, data, .. } => {
+                        if let Some(&(last, _)) = applied.last() {
+                            assert!(index > last, "voter {id} applied {index} after {last}");
+                        }
+                        applied.push((index, data));
+                    }
+                    Committed::Snapshot { .. } => panic!("no snapshot was taken"),
+                }
+            }
+        }
+    }
+
+    /// The leader every running voter agrees on.
+    fn wait_for_leader(&mut self) -> u64 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let leaders: Vec<Option<u64>> = self
+                .running
+                .values()
+                .map(|q| q.status().and_then(|s| s.leader))
+                .collect();
+            if let Some(Some(leader)) = leaders.first().copied() {
+                if leaders.iter().all(|l| *l == Some(leader)) && self.running.contains_key(&leader)
+                {
+                    return leader;
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leader: {leaders:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Proposes `data` through whoever leads, retrying across elections.
+    fn propose(&mut self, data: Vec<u8>) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let leader = self.wait_for_leader();
+            if self.running[&leader].propose(data.clone()).is_ok() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no leader took the proposal");
+        }
+    }
+
+    /// Waits until every running voter applied `count` entries of data.
+    fn wait_applied(&mut self, count: usize) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.drain();
+            let done = self
+                .running
+                .keys()
+                .all(|id| self.applied[id].len() >= count);
+            if done {
+                return;
+            }
+            let counts: Vec<usize> = self.applied.values().map(Vec::len).collect();
+            assert!(Instant::now() < deadline, "applied {counts:?} of {count}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Every pair of voters agrees on every index both applied.
+    fn check_agreement(&self) {
+        let mut by_index: BTreeMap<u64, &Vec<u8>> = BTreeMap::new();
+        for applied in self.applied.values() {
+            for (index, data) in applied {
+                if let Some(other) = by_index.insert(*index, data) {
+                    assert_eq!(other, data, "two values at index {index}");
+                }
+            }
+        }
+    }
+}
+
+/// Binds an address a stopped voter used; its port may linger for a moment.
+fn bind_again(address: SocketAddr) -> TcpListener {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match TcpListener::bind(address) {
+            Ok(listener) => return listener,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "rebinding {address}: {error}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn data_of(applied: &[(u64, Vec<u8>)]) -> Vec<Vec<u8>> {
+    applied.iter().map(|(_, data)| data.clone()).collect()
+}
+
+#[test]
+fn three_voters_elect_a_leader_and_replicate_in_order() {
+    let mut voters = Voters::start_all(3);
+    let leader = voters.wait_for_leader();
+    let status = voters.running[&leader].status().expect("status");
+    assert_eq!(status.leader, Some(leader));
+    for i in 0..100u32 {
+        voters.propose(i.to_le_bytes().to_vec());
+    }
+    voters.wait_applied(100);
+    voters.check_agreement();
+    let expected: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    for (id, applied) in &voters.applied {
+        assert_eq!(data_of(applied), expected, "voter {id}");
+    }
+    // The leader knows every voter's log matches its own.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let status = voters.running[&leader].status().expect("status");
+        let matched: Vec<Option<u64>> = status.voters.iter().map(|(_, m)| *m).collect();
+        if matched.iter().all(|m| *m == Some(status.last_index)) {
+            assert_eq!(status.voters.len(), 3);
+            assert!(status.commit_index >= 100);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "followers never caught up: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn losing_the_leader_elects_another_and_a_restarted_voter_catches_up() {
+    let mut voters = Voters::start_all(3);
+    for i in 0..20u32 {
+        voters.propose(i.to_le_bytes().to_vec());
+    }
+    voters.wait_applied(20);
+    let old = voters.wait_for_leader();
+    voters.stop(old);
+    let new = voters.wait_for_leader();
+    assert_ne!(new, old);
+    for i in 20..40u32 {
+        voters.propose(i.to_le_bytes().to_vec());
+    }
+    voters.wait_applied(40);
+    // Back from its files: it replays what it had and fetches what it missed.
+    voters.restart(old);
+    voters.wait_applied(40);
+    voters.check_agreement();
+    let expected: Vec<Vec<u8>> = (0..40u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    assert_eq!(data_of(&voters.applied[&old]), expected);
+}
+
+/// A connection to `address` that says hello as `hello` and then sends a vote request.
+fn intrude(address: SocketAddr, hello: Hello, from: u64) -> bool {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let mut message = raft::eraftpb::Message {
+        msg_type: raft::eraftpb::MessageType::MsgRequestVote,
+        to: 1,
+        from,
+        term: 1_000,
+        ..Default::default()
+    };
+    message.log_term = 1_000;
+    message.index = 1_000;
+    let _ = stream.write_all(&wire::encode(&Frame::Hello(hello)));
+    let _ = stream.write_all(&wire::encode(&Frame::Raft(Box::new(WireMessage::from(
+        &message,
+    )))));
+    // The voter closes a connection it refuses: the read sees the end (or a reset), where
+    // a connection it keeps would only time out.
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(error) => !matches!(
+            error.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+#[test]
+fn peers_of_another_cluster_or_speaking_for_another_voter_are_refused() {
+    let mut voters = Voters::start_all(3);
+    for i in 0..5u32 {
+        voters.propose(i.to_le_bytes().to_vec());
+    }
+    voters.wait_applied(5);
+    let leader = voters.wait_for_leader();
+    let term = voters.running[&leader].status().expect("status").term;
+    let target = voters.addresses[&1];
+    let foreign = Hello {
+        cluster_id: "another-cluster".into(),
+        ..hello(2)
+    };
+    assert!(
+        intrude(target, foreign, 2),
+        "another cluster's peer is closed"
+    );
+    assert!(
+        intrude(target, hello(2), 3),
+        "voter 2 speaking as 3 is closed"
+    );
+    // Neither disturbed the quorum: the huge term they carried was never taken.
+    std::thread::sleep(TICK * 20);
+    let after = voters.running[&leader].status().expect("status");
+    assert_eq!(after.term, term, "{after:?}");
+    assert_eq!(voters.wait_for_leader(), leader);
+}
+
+#[test]
+fn a_voter_with_no_peers_up_elects_nobody_and_keeps_its_files() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let local = listener.local_addr().expect("address");
+    let mut addresses = BTreeMap::new();
+    addresses.insert(1, local);
+    // Peers on ports nobody listens on.
+    for id in 2..=3 {
+        let closed = TcpListener::bind("127.0.0.1:0").expect("bind");
+        addresses.insert(id, closed.local_addr().expect("address"));
+    }
+    let config = QuorumConfig {
+        dir: dir.path().join("1"),
+        membership: Membership {
+            local: hello(1),
+            voters: addresses,
+        },
+        tick: TICK,
+    };
+    let quorum = Quorum::start(config, listener).expect("starts");
+    std::thread::sleep(TICK * 60);
+    let status = quorum.status().expect("status");
+    assert_eq!(status.leader, None, "one of three voters is no quorum");
+    assert!(quorum.propose(b"x".to_vec()).is_err());
+    drop(quorum);
+    assert!(Path::new(&dir.path().join("1").join("wal")).exists());
+}
