@@ -110,6 +110,8 @@ pub struct QuorumNode {
     outbox: Vec<Message>,
     committed: Vec<Committed>,
     voters: Vec<u64>,
+    /// The last index handed out by `take_committed` (empty entries included).
+    applied: u64,
 }
 
 impl QuorumNode {
@@ -156,6 +158,7 @@ impl QuorumNode {
             outbox: Vec::new(),
             committed,
             voters: voters.to_vec(),
+            applied,
         })
     }
 
@@ -179,6 +182,24 @@ impl QuorumNode {
     /// The highest index known committed.
     pub fn commit_index(&self) -> u64 {
         self.raw.raft.raft_log.committed
+    }
+
+    /// The last index whose entry was handed out as committed (or skipped, if empty).
+    pub fn applied_index(&self) -> u64 {
+        self.applied
+    }
+
+    /// The term of the entry at `index`, if this voter's log still holds it.
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        self.mem.term(index).ok()
+    }
+
+    /// The leader may serve as the active controller: it committed an entry of its own term,
+    /// so everything earlier leaders committed is committed here too, and was handed out.
+    pub fn is_active_leader(&self) -> bool {
+        self.is_leader()
+            && self.raw.raft.commit_to_current_term()
+            && self.applied >= self.commit_index()
     }
 
     /// The voters of the quorum.
@@ -320,6 +341,7 @@ impl QuorumNode {
         let hard_state = self.mem.rl().hard_state().clone();
         self.wal.install_snapshot(&snapshot, &[], &hard_state)?;
         self.mem.wl().apply_snapshot(snapshot.clone())?;
+        self.applied = self.applied.max(snapshot.get_metadata().index);
         self.committed.push(Committed::Snapshot {
             index: snapshot.get_metadata().index,
             data: snapshot.data.to_vec(),
@@ -330,6 +352,7 @@ impl QuorumNode {
 
     fn collect(&mut self, entries: Vec<Entry>) {
         for entry in entries {
+            self.applied = self.applied.max(entry.index);
             // Empty entries are a new leader's own (Raft §8); configuration changes are
             // not used while the voters are static.
             if entry.data.is_empty() || entry.get_entry_type() != EntryType::EntryNormal {

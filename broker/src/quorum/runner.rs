@@ -18,10 +18,11 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use raft::eraftpb::Message;
+use std::collections::BTreeMap;
 
 use super::node::{Committed, ProposalId, QuorumError, QuorumNode};
-use super::transport::{Membership, Transport};
+use super::transport::{Inbound, Membership, Transport};
+use super::wire::Frame;
 
 /// Kafka's KRaft waits 1–2 s for a leader's word before it campaigns; with
 /// `ELECTION_TICKS` of this interval, so does this quorum.
@@ -49,15 +50,43 @@ pub struct QuorumStatus {
     /// On the leader: each voter with the index its log is known to match; elsewhere each
     /// voter with `None`.
     pub voters: Vec<(u64, Option<u64>)>,
+    /// The last index handed out as committed.
+    pub applied_index: u64,
+    /// This voter leads and has handed out everything committed before its term: it may
+    /// act as the active controller.
+    pub active: bool,
     /// Set once the voter stopped on a failure of its log.
     pub failed: Option<String>,
 }
 
+/// A request another voter forwarded to this one, for its active controller; answered
+/// with [`Quorum::reply`].
+#[derive(Debug)]
+pub struct ForwardRequest {
+    pub from: u64,
+    pub id: u64,
+    pub body: Vec<u8>,
+}
+
+type Done = flume::Sender<Result<(), QuorumError>>;
+type ForwardReply = flume::Sender<Result<Vec<u8>, String>>;
+
 enum Input {
-    Raft(Message),
+    Inbound(Inbound),
     Propose {
         data: Vec<u8>,
         reply: flume::Sender<Result<ProposalId, QuorumError>>,
+        /// Told once the proposal is committed, or lost to another leader's entry.
+        done: Option<Done>,
+    },
+    Forward {
+        body: Vec<u8>,
+        reply: ForwardReply,
+    },
+    Reply {
+        to: u64,
+        id: u64,
+        result: Result<Vec<u8>, String>,
     },
     Compact {
         index: u64,
@@ -67,9 +96,9 @@ enum Input {
     Stop,
 }
 
-impl From<Message> for Input {
-    fn from(message: Message) -> Input {
-        Input::Raft(message)
+impl From<Inbound> for Input {
+    fn from(inbound: Inbound) -> Input {
+        Input::Inbound(inbound)
     }
 }
 
@@ -77,7 +106,45 @@ impl From<Message> for Input {
 pub struct Quorum {
     input: flume::Sender<Input>,
     committed: flume::Receiver<Committed>,
+    requests: flume::Receiver<ForwardRequest>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// A cheap handle to propose and forward through a running voter, for futures that must
+/// not borrow the [`Quorum`].
+#[derive(Clone)]
+pub struct Proposer {
+    input: flume::Sender<Input>,
+}
+
+impl Proposer {
+    /// Proposes `data` and resolves once it is committed: `NotLeader` if this voter does
+    /// not lead, an error if another leader's entry took its place.
+    pub async fn commit(&self, data: Vec<u8>) -> Result<(), QuorumError> {
+        let (reply, answer) = flume::bounded(1);
+        let (done, committed) = flume::bounded(1);
+        let propose = Input::Propose {
+            data,
+            reply,
+            done: Some(done),
+        };
+        self.input.send(propose).map_err(|_| stopped())?;
+        answer.recv_async().await.map_err(|_| stopped())??;
+        committed.recv_async().await.map_err(|_| stopped())?
+    }
+
+    /// Sends `body` to the leader's active controller and resolves with its answer; an
+    /// error if no other voter leads, or the leader changed before it answered.
+    pub async fn forward(&self, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        let (reply, answer) = flume::bounded(1);
+        self.input
+            .send(Input::Forward { body, reply })
+            .map_err(|_| "the quorum thread has stopped".to_string())?;
+        answer
+            .recv_async()
+            .await
+            .map_err(|_| "the quorum thread has stopped".to_string())?
+    }
 }
 
 impl Quorum {
@@ -86,6 +153,7 @@ impl Quorum {
     pub fn start(config: QuorumConfig, listener: TcpListener) -> Result<Quorum, QuorumError> {
         let (input, inputs) = flume::unbounded();
         let (committed_tx, committed) = flume::unbounded();
+        let (requests_tx, requests) = flume::unbounded();
         let transport = Transport::start(config.membership.clone(), listener, input.clone())?;
         // The node holds `Rc`s: it is opened, and lives, on its thread.
         let (opened_tx, opened) = flume::bounded(1);
@@ -98,7 +166,12 @@ impl Quorum {
                 match QuorumNode::open(&config.dir, id, &voters, &logger) {
                     Ok(node) => {
                         let _ = opened_tx.send(Ok(()));
-                        drive(node, transport, inputs, committed_tx, config.tick);
+                        let outputs = Outputs {
+                            transport,
+                            committed: committed_tx,
+                            requests: requests_tx,
+                        };
+                        drive(node, outputs, inputs, config.tick);
                     }
                     Err(error) => {
                         let _ = opened_tx.send(Err(error));
@@ -110,6 +183,7 @@ impl Quorum {
         Ok(Quorum {
             input,
             committed,
+            requests,
             thread: Some(thread),
         })
     }
@@ -118,15 +192,28 @@ impl Quorum {
     /// knows of. Blocks the caller for a round trip to the quorum thread (no disk wait).
     pub fn propose(&self, data: Vec<u8>) -> Result<ProposalId, QuorumError> {
         let (reply, answer) = flume::bounded(1);
-        self.send(Input::Propose { data, reply })?;
+        self.send(Input::Propose {
+            data,
+            reply,
+            done: None,
+        })?;
         answer.recv().map_err(|_| stopped())?
     }
 
-    /// `propose` for a task: awaits the quorum thread's answer instead of blocking.
-    pub async fn propose_async(&self, data: Vec<u8>) -> Result<ProposalId, QuorumError> {
-        let (reply, answer) = flume::bounded(1);
-        self.send(Input::Propose { data, reply })?;
-        answer.recv_async().await.map_err(|_| stopped())?
+    pub fn proposer(&self) -> Proposer {
+        Proposer {
+            input: self.input.clone(),
+        }
+    }
+
+    /// Requests other voters forwarded to this one's active controller.
+    pub fn requests(&self) -> &flume::Receiver<ForwardRequest> {
+        &self.requests
+    }
+
+    /// Answers request `id` of voter `to`.
+    pub fn reply(&self, to: u64, id: u64, result: Result<Vec<u8>, String>) {
+        let _ = self.send(Input::Reply { to, id, result });
     }
 
     /// Compacts the voter's log up to `index`, whose state machine state is `data`.
@@ -172,15 +259,59 @@ fn stopped() -> QuorumError {
     QuorumError::Io(std::io::Error::other("the quorum thread has stopped"))
 }
 
-fn drive(
-    mut node: QuorumNode,
+struct Outputs {
     transport: Transport,
-    inputs: flume::Receiver<Input>,
     committed: flume::Sender<Committed>,
-    tick: Duration,
-) {
+    requests: flume::Sender<ForwardRequest>,
+}
+
+/// What the loop keeps besides the node: who waits for what.
+#[derive(Default)]
+struct Waiting {
+    /// Proposals by index, with the term they were proposed in.
+    proposals: BTreeMap<u64, (u64, Done)>,
+    /// Requests forwarded to the leader, by id, with the leader they went to.
+    forwards: BTreeMap<u64, (u64, ForwardReply)>,
+    next_forward_id: u64,
+}
+
+impl Waiting {
+    /// Tells every proposal at or below what was handed out whether its entry made it.
+    fn settle_proposals(&mut self, node: &QuorumNode) {
+        let applied = node.applied_index();
+        while let Some(entry) = self.proposals.first_entry() {
+            if *entry.key() > applied {
+                break;
+            }
+            let index = *entry.key();
+            let (term, done) = entry.remove();
+            let result = if node.term_at(index).is_none_or(|t| t == term) {
+                Ok(())
+            } else {
+                Err(QuorumError::Io(std::io::Error::other(format!(
+                    "the proposal at {index} was replaced by another leader's entry"
+                ))))
+            };
+            let _ = done.send(result);
+        }
+    }
+
+    /// Fails forwarded requests whose leader is no longer the leader.
+    fn settle_forwards(&mut self, leader: Option<u64>) {
+        self.forwards.retain(|_, (to, reply)| {
+            let keep = Some(*to) == leader;
+            if !keep {
+                let _ = reply.send(Err(format!("voter {to} stopped leading")));
+            }
+            keep
+        });
+    }
+}
+
+fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tick: Duration) {
     let mut next_tick = Instant::now() + tick;
     let mut failed: Option<String> = None;
+    let mut waiting = Waiting::default();
     loop {
         let input = match inputs.recv_deadline(next_tick) {
             Ok(input) => Some(input),
@@ -199,14 +330,48 @@ fn drive(
                 let _ = reply.send(status(&node, failed.clone()));
                 continue;
             }
+            Some(Input::Reply { to, id, result }) => {
+                out.transport
+                    .send_frame(to, &Frame::Forwarded { id, result });
+                continue;
+            }
             Some(_) if failed.is_some() => continue,
-            Some(Input::Raft(message)) => {
+            Some(Input::Inbound(Inbound::Raft(message))) => {
                 if let Err(error) = node.step(message) {
                     tracing::debug!(%error, "quorum message refused");
                 }
             }
-            Some(Input::Propose { data, reply }) => {
-                let _ = reply.send(node.propose(data));
+            Some(Input::Inbound(Inbound::Forward { from, id, body })) => {
+                let _ = out.requests.send(ForwardRequest { from, id, body });
+                continue;
+            }
+            Some(Input::Inbound(Inbound::Forwarded { id, result })) => {
+                if let Some((_, reply)) = waiting.forwards.remove(&id) {
+                    let _ = reply.send(result);
+                }
+                continue;
+            }
+            Some(Input::Forward { body, reply }) => {
+                match node.leader().filter(|&leader| leader != node.id()) {
+                    Some(leader) => {
+                        let id = waiting.next_forward_id;
+                        waiting.next_forward_id += 1;
+                        waiting.forwards.insert(id, (leader, reply));
+                        out.transport
+                            .send_frame(leader, &Frame::Forward { id, body });
+                    }
+                    None => {
+                        let _ = reply.send(Err("no other voter leads".into()));
+                    }
+                }
+                continue;
+            }
+            Some(Input::Propose { data, reply, done }) => {
+                let proposed = node.propose(data);
+                if let (Ok(id), Some(done)) = (&proposed, done) {
+                    waiting.proposals.insert(id.index, (id.term, done));
+                }
+                let _ = reply.send(proposed);
             }
             Some(Input::Compact { index, data }) => {
                 if let Err(error) = node.compact(index, data) {
@@ -223,13 +388,17 @@ fn drive(
             continue;
         }
         for message in node.take_messages() {
-            transport.send(&message);
+            out.transport.send(&message);
         }
+        // Entries go out before their proposers hear of them: a proposer that learns its
+        // proposal committed finds it among the committed entries.
         for entry in node.take_committed() {
-            let _ = committed.send(entry);
+            let _ = out.committed.send(entry);
         }
+        waiting.settle_proposals(&node);
+        waiting.settle_forwards(node.leader());
     }
-    transport.stop();
+    out.transport.stop();
 }
 
 fn status(node: &QuorumNode, failed: Option<String>) -> QuorumStatus {
@@ -249,6 +418,8 @@ fn status(node: &QuorumNode, failed: Option<String>) -> QuorumStatus {
         commit_index: node.commit_index(),
         last_index: node.last_index(),
         voters,
+        applied_index: node.applied_index(),
+        active: node.is_active_leader(),
         failed,
     }
 }

@@ -329,3 +329,61 @@ fn a_voter_with_no_peers_up_elects_nobody_and_keeps_its_files() {
     drop(quorum);
     assert!(Path::new(&dir.path().join("1").join("wal")).exists());
 }
+
+#[test]
+fn a_commit_resolves_after_its_entry_is_handed_out_and_only_on_the_leader() {
+    let mut voters = Voters::start_all(3);
+    let leader = voters.wait_for_leader();
+    let proposer = voters.running[&leader].proposer();
+    futures_lite::future::block_on(proposer.commit(b"first".to_vec())).expect("commits");
+    let handed_out: Vec<Committed> = voters.running[&leader].committed().try_iter().collect();
+    assert!(
+        matches!(handed_out.last(), Some(Committed::Entry { data, .. }) if data == b"first"),
+        "the entry is out before its commit resolves: {handed_out:?}"
+    );
+    let follower = *voters
+        .running
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let refused =
+        futures_lite::future::block_on(voters.running[&follower].proposer().commit(b"x".to_vec()));
+    assert!(
+        matches!(refused, Err(super::QuorumError::NotLeader { leader: Some(l) }) if l == leader),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_forwarded_request_reaches_the_leader_and_its_answer_comes_back() {
+    let mut voters = Voters::start_all(3);
+    let leader = voters.wait_for_leader();
+    // Wait until every voter knows the leader, so the follower forwards to it.
+    let follower = *voters
+        .running
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let requests = voters.running[&leader].requests().clone();
+    let answered = std::thread::scope(|scope| {
+        let server = scope.spawn(|| {
+            let request = requests.recv_timeout(WAIT).expect("a forwarded request");
+            assert_eq!(request.from, follower);
+            let mut answer = request.body.clone();
+            answer.reverse();
+            voters.running[&leader].reply(request.from, request.id, Ok(answer));
+        });
+        let answer = futures_lite::future::block_on(
+            voters.running[&follower]
+                .proposer()
+                .forward(b"abc".to_vec()),
+        );
+        server.join().expect("server");
+        answer
+    });
+    assert_eq!(answered, Ok(b"cba".to_vec()));
+    // The leader has nobody to forward to.
+    let own =
+        futures_lite::future::block_on(voters.running[&leader].proposer().forward(b"abc".to_vec()));
+    assert!(own.is_err());
+}

@@ -36,6 +36,21 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A peer that sends nothing for this long (not even heartbeats) is dropped.
 const READ_IDLE_MAX: Duration = Duration::from_secs(30);
 
+/// What arrives from another voter.
+#[derive(Debug)]
+pub enum Inbound {
+    Raft(Message),
+    Forward {
+        from: u64,
+        id: u64,
+        body: Vec<u8>,
+    },
+    Forwarded {
+        id: u64,
+        result: Result<Vec<u8>, String>,
+    },
+}
+
 /// Who this voter is and who the others are.
 #[derive(Clone, Debug)]
 pub struct Membership {
@@ -62,7 +77,7 @@ pub struct Transport {
 impl Transport {
     /// Starts accepting on `listener` (this voter's controller listener), handing every
     /// checked message to `inbound`, and one dialling thread per other voter.
-    pub fn start<T: From<Message> + Send + 'static>(
+    pub fn start<T: From<Inbound> + Send + 'static>(
         membership: Membership,
         listener: TcpListener,
         inbound: flume::Sender<T>,
@@ -98,12 +113,16 @@ impl Transport {
     /// Queues `message` for its `to`; drops it (Raft resends) if the peer's queue is full
     /// of frames it could not deliver, shedding the oldest.
     pub fn send(&self, message: &Message) {
-        let Some((queue, oldest)) = self.peers.get(&message.to) else {
+        let frame = Frame::Raft(Box::new(WireMessage::from(message)));
+        self.send_frame(message.to, &frame);
+    }
+
+    /// Queues any frame for voter `to`, on the same terms as `send`.
+    pub fn send_frame(&self, to: u64, frame: &Frame) {
+        let Some((queue, oldest)) = self.peers.get(&to) else {
             return;
         };
-        let frame = Arc::new(wire::encode(&Frame::Raft(Box::new(WireMessage::from(
-            message,
-        )))));
+        let frame = Arc::new(wire::encode(frame));
         if let Err(flume::TrySendError::Full(frame)) = queue.try_send(frame) {
             // The peer is unreachable: the oldest frames are the most stale.
             let _ = oldest.try_recv();
@@ -170,7 +189,7 @@ fn dial(address: SocketAddr, hello: &[u8]) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-fn accept_loop<T: From<Message> + Send + 'static>(
+fn accept_loop<T: From<Inbound> + Send + 'static>(
     listener: TcpListener,
     membership: Membership,
     inbound: flume::Sender<T>,
@@ -214,6 +233,8 @@ enum ReadError {
     Wire(#[from] WireError),
     #[error("the first frame is not a hello")]
     NoHello,
+    #[error("a second hello")]
+    SecondHello,
     #[error("voter {hello} sent a message from {from}")]
     Impersonation { hello: u64, from: u64 },
     #[error("stopped")]
@@ -221,7 +242,7 @@ enum ReadError {
 }
 
 /// Reads one accepted connection: the hello, then Raft messages for `inbound`.
-fn read_peer<T: From<Message>>(
+fn read_peer<T: From<Inbound>>(
     mut stream: TcpStream,
     membership: &Membership,
     inbound: &flume::Sender<T>,
@@ -238,17 +259,26 @@ fn read_peer<T: From<Message>>(
         &membership.voter_ids(),
     )?;
     loop {
-        let Frame::Raft(message) = read_frame(&mut stream, stop)? else {
-            return Err(ReadError::NoHello);
+        let received = match read_frame(&mut stream, stop)? {
+            Frame::Hello(_) => return Err(ReadError::SecondHello),
+            Frame::Raft(message) => {
+                let message = Message::try_from(*message)?;
+                if message.from != hello.node_id {
+                    return Err(ReadError::Impersonation {
+                        hello: hello.node_id,
+                        from: message.from,
+                    });
+                }
+                Inbound::Raft(message)
+            }
+            Frame::Forward { id, body } => Inbound::Forward {
+                from: hello.node_id,
+                id,
+                body,
+            },
+            Frame::Forwarded { id, result } => Inbound::Forwarded { id, result },
         };
-        let message = Message::try_from(*message)?;
-        if message.from != hello.node_id {
-            return Err(ReadError::Impersonation {
-                hello: hello.node_id,
-                from: message.from,
-            });
-        }
-        if inbound.send(T::from(message)).is_err() {
+        if inbound.send(T::from(received)).is_err() {
             return Err(ReadError::Stopped);
         }
     }

@@ -51,6 +51,16 @@ impl Hello {
 pub enum Frame {
     Hello(Hello),
     Raft(Box<WireMessage>),
+    /// A request for the active controller from another voter, answered by `Forwarded`
+    /// with the same id (see `runner::Quorum::forward`).
+    Forward {
+        id: u64,
+        body: Vec<u8>,
+    },
+    Forwarded {
+        id: u64,
+        result: Result<Vec<u8>, String>,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
