@@ -50,6 +50,9 @@ pub struct Shard {
     pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
     stopped: Cell<bool>,
+    /// One image install at a time: two installs at once would both open (or delete) the
+    /// same partition's log.
+    installing: glommio::sync::Semaphore,
 }
 
 impl Shard {
@@ -77,6 +80,7 @@ impl Shard {
             connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),
+            installing: glommio::sync::Semaphore::new(1),
         }
     }
 
@@ -131,6 +135,10 @@ impl Shard {
         &self,
         image: Arc<MetadataImage>,
     ) -> Result<Vec<(Uuid, storage::StorageError)>, storage::StorageError> {
+        let Ok(_installing) = self.installing.acquire_permit(1).await else {
+            return Ok(Vec::new());
+        };
+        // Checked once it is this install's turn: a newer image may have gone first.
         if image.epoch < self.image.borrow().epoch || self.stopped.get() {
             return Ok(Vec::new());
         }
