@@ -1,6 +1,7 @@
 //! Topic administration, the cluster and producer ids: CreateTopics, DeleteTopics,
 //! CreatePartitions, DescribeConfigs (a topic's overrides), DescribeCluster, DescribeQuorum
-//! and InitProducerId, sent to any broker (the controller's work is the broker's business).
+//! and InitProducerId. What changes metadata, and DescribeQuorum, goes to the controller
+//! that Metadata names (as Kafka's admin client sends it); the rest to any broker.
 //!
 //! Invariants:
 //! - Every call checks the per-topic error of its answer and fails with Kafka's error name
@@ -44,7 +45,7 @@ pub struct NewTopic {
 
 /// Creates `name`; TOPIC_ALREADY_EXISTS is an error like any other.
 pub async fn create_topic(cluster: &mut Cluster, name: &str, topic: &NewTopic) -> Result<()> {
-    let connection = cluster.any();
+    let connection = cluster.controller().await?;
     let version = connection.version::<CreateTopicsRequest>()?;
     // Before v4 the broker defaults cannot be asked for with -1.
     let default = if version >= 4 { -1 } else { 1 };
@@ -74,7 +75,7 @@ pub async fn create_topic(cluster: &mut Cluster, name: &str, topic: &NewTopic) -
 
 /// Deletes `name` and its data.
 pub async fn delete_topic(cluster: &mut Cluster, name: &str) -> Result<()> {
-    let connection = cluster.any();
+    let connection = cluster.controller().await?;
     let version = connection.version::<DeleteTopicsRequest>()?;
     let mut request = DeleteTopicsRequest::default().with_timeout_ms(ADMIN_TIMEOUT_MS);
     if version >= 6 {
@@ -94,7 +95,7 @@ pub async fn delete_topic(cluster: &mut Cluster, name: &str) -> Result<()> {
 
 /// Grows `name` to `count` partitions.
 pub async fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Result<()> {
-    let connection = cluster.any();
+    let connection = cluster.controller().await?;
     let version = connection.version::<CreatePartitionsRequest>()?;
     let request = CreatePartitionsRequest::default()
         .with_topics(vec![CreatePartitionsTopic::default()

@@ -67,6 +67,8 @@ pub struct Cluster {
     connections: HashMap<i32, Connection>,
     /// The connection bootstrap opened, for requests any broker answers.
     bootstrap: Connection,
+    /// The controller the last Metadata answer named (-1: none known).
+    controller_id: i32,
 }
 
 impl Cluster {
@@ -82,6 +84,7 @@ impl Cluster {
                         brokers: HashMap::new(),
                         connections: HashMap::new(),
                         bootstrap,
+                        controller_id: -1,
                     };
                     cluster.metadata(Some(&[])).await?;
                     return Ok(cluster);
@@ -110,6 +113,17 @@ impl Cluster {
         self.connections
             .get_mut(&node_id)
             .ok_or_else(|| anyhow!("no connection to broker {node_id}"))
+    }
+
+    /// A connection to the controller, for the requests that change metadata (CreateTopics,
+    /// DeleteTopics, CreatePartitions), as Kafka's admin client sends them: the broker that
+    /// a fresh Metadata answer names, or the bootstrap broker if it names none.
+    pub async fn controller(&mut self) -> Result<&mut Connection> {
+        self.metadata(Some(&[])).await?;
+        if self.controller_id < 0 || !self.brokers.contains_key(&self.controller_id) {
+            return Ok(&mut self.bootstrap);
+        }
+        self.broker(self.controller_id).await
     }
 
     /// host:port of broker `node_id`, as Metadata named it.
@@ -144,6 +158,7 @@ impl Cluster {
             request.allow_auto_topic_creation = false;
         }
         let response = self.bootstrap.call_at(version, &request).await?;
+        self.controller_id = response.controller_id.0;
         for broker in &response.brokers {
             self.brokers.insert(
                 broker.node_id.0,

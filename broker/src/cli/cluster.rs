@@ -30,7 +30,8 @@ pub fn run(args: ClusterArgs, out: &mut impl Write) -> Result<()> {
     match args.command {
         ClusterCommand::Describe => {
             let description = cluster.run(async |c| admin::describe_cluster(c.any()).await)?;
-            let quorum = cluster.run(async |c| admin::describe_quorum(c.any()).await)?;
+            let quorum =
+                cluster.run(async |c| admin::describe_quorum(c.controller().await?).await)?;
             write_description(out, &description)?;
             if let Some(quorum) = quorum {
                 write_quorum(out, &quorum)?;
