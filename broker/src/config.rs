@@ -7,7 +7,10 @@
 //! shard's request budget).
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicI32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use storage::IoMode;
@@ -73,6 +76,12 @@ pub struct BrokerConfig {
     pub cluster_id: Option<String>,
     /// The log directory's id from `meta.properties`, known once the node has started.
     pub directory_id: Option<String>,
+    /// `controller.quorum.voters` (`id@host:port,...`): the metadata quorum's voters and
+    /// their controller listeners. Empty: this node is a one-voter quorum of itself.
+    pub quorum_voters: BTreeMap<i32, SocketAddr>,
+    /// Known once the node runs: the node id of the active controller as this node last
+    /// learnt it (-1 while none is known), set on shard 0 and read by every shard.
+    pub active_controller: Arc<AtomicI32>,
     /// `broker.rack`: announced in the broker's registration and to clients.
     pub rack: Option<String>,
     pub listener: Listener,
@@ -188,6 +197,7 @@ const BROKER_KEYS: &[&str] = &[
     "node.id",
     "broker.id",
     "cluster.id",
+    "controller.quorum.voters",
     "broker.rack",
     "listeners",
     "advertised.listeners",
@@ -340,6 +350,8 @@ impl BrokerConfig {
             )?,
             cluster_id: get("cluster.id").map(str::to_string),
             directory_id: None,
+            quorum_voters: parse_voters(get("controller.quorum.voters").unwrap_or(""))?,
+            active_controller: Arc::new(AtomicI32::new(-1)),
             rack: get("broker.rack").map(str::to_string),
             listener,
             advertised,
@@ -489,6 +501,16 @@ impl BrokerConfig {
                 reason: "must not exceed socket.request.max.bytes".into(),
             });
         }
+        if !config.quorum_voters.is_empty() && !config.quorum_voters.contains_key(&config.node_id) {
+            return Err(ConfigError::Value {
+                key: "controller.quorum.voters".into(),
+                value: get("controller.quorum.voters").unwrap_or("").into(),
+                reason: format!(
+                    "node.id {} is not one of the voters (every node is broker and controller)",
+                    config.node_id
+                ),
+            });
+        }
         Ok(config)
     }
 
@@ -602,6 +624,36 @@ pub(crate) fn parse_properties(
     Ok(())
 }
 
+/// `controller.quorum.voters`: `id@host:port` entries separated by commas, as Kafka writes
+/// them; hosts are resolved once, at start.
+fn parse_voters(value: &str) -> Result<BTreeMap<i32, SocketAddr>, ConfigError> {
+    let invalid = |reason: String| ConfigError::Value {
+        key: "controller.quorum.voters".into(),
+        value: value.into(),
+        reason,
+    };
+    let mut voters = BTreeMap::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, address) = entry
+            .split_once('@')
+            .ok_or_else(|| invalid(format!("{entry} is not id@host:port")))?;
+        let id: i32 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id >= 0)
+            .ok_or_else(|| invalid(format!("{id} is not a node id")))?;
+        let address = std::net::ToSocketAddrs::to_socket_addrs(address.trim())
+            .ok()
+            .and_then(|mut addresses| addresses.next())
+            .ok_or_else(|| invalid(format!("{address} is not a reachable host:port")))?;
+        if voters.insert(id, address).is_some() {
+            return Err(invalid(format!("voter {id} is named twice")));
+        }
+    }
+    Ok(voters)
+}
+
 fn number<T>(key: &str, value: &str, min: T, max: T) -> Result<T, ConfigError>
 where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
@@ -640,6 +692,10 @@ mod tests {
     #[test]
     fn defaults_run_a_local_node() {
         let config = BrokerConfig::load(None, &[]).expect("defaults are valid");
+        assert!(
+            config.quorum_voters.is_empty(),
+            "a one-voter quorum by default"
+        );
         assert_eq!(
             config.listener,
             Listener {
@@ -736,5 +792,38 @@ mod tests {
         assert_eq!(config.producer_id_expiration, Duration::from_millis(500));
         let zero = ["producer.id.expiration.ms=0".to_string()];
         assert!(BrokerConfig::load(None, &zero).is_err());
+    }
+
+    #[test]
+    fn quorum_voters_are_kafkas_id_at_host_port_list_and_name_this_node() {
+        let flags = [
+            "node.id=2".to_string(),
+            "controller.quorum.voters=1@127.0.0.1:19093, 2@127.0.0.1:19094,3@127.0.0.1:19095"
+                .to_string(),
+        ];
+        let config = BrokerConfig::load(None, &flags).expect("valid");
+        let ports: Vec<(i32, u16)> = config
+            .quorum_voters
+            .iter()
+            .map(|(&id, address)| (id, address.port()))
+            .collect();
+        assert_eq!(ports, vec![(1, 19093), (2, 19094), (3, 19095)]);
+        for bad in [
+            "1@127.0.0.1:19093,1@127.0.0.1:19094",
+            "x@127.0.0.1:1",
+            "1:127.0.0.1:1",
+            "1@nowhere",
+        ] {
+            let flags = [
+                "node.id=1".to_string(),
+                format!("controller.quorum.voters={bad}"),
+            ];
+            assert!(BrokerConfig::load(None, &flags).is_err(), "{bad}");
+        }
+        let outsider = [
+            "node.id=4".to_string(),
+            "controller.quorum.voters=1@127.0.0.1:19093".to_string(),
+        ];
+        assert!(BrokerConfig::load(None, &outsider).is_err());
     }
 }

@@ -20,7 +20,9 @@ use shard::{Job, Mesh, Router, ShardsConfig};
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
-use crate::metadata::{FileMetadataStore, MetadataImage};
+use crate::metadata::{FileMetadataStore, MetadataImage, MetadataStore, QuorumMetadataStore};
+use crate::quorum::wire::Hello;
+use crate::quorum::{Membership, Quorum, QuorumConfig};
 use crate::request::supported_apis;
 use crate::shard_state::Shard;
 use kafka_protocol::error::ResponseError;
@@ -46,11 +48,12 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         .with_context(|| format!("resolving log.dirs {}", config.log_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
     // A node with no quorum voters is a quorum of itself: it formats its storage itself.
+    // Voters of a quorum are formatted with one cluster id first (`ringlog format`).
     let formatted = crate::meta_properties::load_for_start(
         &config.log_dir,
         config.node_id,
         config.cluster_id.as_deref(),
-        true,
+        config.quorum_voters.is_empty(),
     )?;
     config.cluster_id = Some(formatted.cluster_id);
     config.directory_id = Some(formatted.directory_id);
@@ -61,11 +64,14 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         config.advertised.port = port;
     }
     config.listener.port = port;
-    let controller = Controller::load(Box::new(FileMetadataStore::new(
-        &config.log_dir,
-        config.node_id,
-    )))
-    .context("loading metadata")?;
+    let quorum = start_quorum(&config)?;
+    let store: Box<dyn MetadataStore + Send> = match &quorum {
+        Some(quorum) => Box::new(QuorumMetadataStore::new(quorum.clone())),
+        None => Box::new(FileMetadataStore::new(&config.log_dir, config.node_id)),
+    };
+    let controller = Controller::load(store)
+        .context("loading metadata")?
+        .serving(config.node_id, quorum, config.active_controller.clone());
     // A new incarnation, fenced until every shard serves its partitions (`shard_main`).
     futures_lite::future::block_on(controller.register_local(&config)).map_err(|refusal| {
         anyhow::anyhow!("registering broker {}: {}", config.node_id, refusal.message)
@@ -133,6 +139,40 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     Ok(())
 }
 
+/// The voter of this node when `controller.quorum.voters` names several, listening on its
+/// own controller listener; `None` for a one-voter node.
+fn start_quorum(config: &BrokerConfig) -> anyhow::Result<Option<Arc<Quorum>>> {
+    if config.quorum_voters.is_empty() {
+        return Ok(None);
+    }
+    let address = config.quorum_voters[&config.node_id];
+    let listener = std::net::TcpListener::bind(address)
+        .with_context(|| format!("binding the controller listener {address}"))?;
+    let membership = Membership {
+        local: Hello {
+            cluster_id: config.cluster_id.clone().unwrap_or_default(),
+            node_id: config.node_id as u64,
+            directory_id: config.directory_id.clone().unwrap_or_default(),
+        },
+        voters: config
+            .quorum_voters
+            .iter()
+            .map(|(&id, &address)| (id as u64, address))
+            .collect(),
+    };
+    let quorum_config = QuorumConfig {
+        dir: config
+            .log_dir
+            .join(crate::metadata::METADATA_TOPIC)
+            .join("raft"),
+        membership,
+        tick: crate::quorum::runner::TICK,
+    };
+    tracing::info!(%address, voters = config.quorum_voters.len(), "starting the metadata quorum");
+    let quorum = Quorum::start(quorum_config, listener).context("starting the metadata quorum")?;
+    Ok(Some(Arc::new(quorum)))
+}
+
 struct Startup {
     endpoints: Vec<Option<shard::Endpoint<Job<Shard>>>>,
     controller: Option<Controller>,
@@ -163,6 +203,12 @@ async fn shard_main(
     // Wait for every shard even on failure, so no shard waits forever.
     ready.wait();
     opened.context("opening partitions")?;
+    // In a quorum, shard 0 follows the metadata log (and serves forwarded requests) from
+    // here on: unfencing below waits for the log to carry it back.
+    let follower = shard
+        .controller
+        .is_some()
+        .then(|| glommio::spawn_local(Controller::follow_forever(shard.clone())).detach());
     if shard.controller.is_some() && shard.stopping.generation() == stopping {
         // A shutdown under way stops the shards the new image is published to: they
         // answer BROKER_NOT_AVAILABLE, and the node is stopping anyway.
@@ -192,6 +238,9 @@ async fn shard_main(
             crate::listener::accept_until(shard.clone(), listener, stopped, serve_connection).await;
         }
         None => stopped.await,
+    }
+    if let Some(follower) = follower {
+        follower.cancel();
     }
     flusher.cancel();
     retention.cancel();

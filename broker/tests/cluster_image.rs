@@ -10,17 +10,15 @@ use std::path::Path;
 use broker::metadata::image::{topic_records, PartitionState, TopicMeta};
 use broker::metadata::records::{BrokerEndpoint, MetadataRecord, RegisterBrokerRecord};
 use broker::metadata::{FileMetadataStore, MetadataStore};
-use common::{batch, create_topic, produce, produce_request, Client, Node};
+use common::{batch, create_topic, metadata, produce, produce_request, Client, Node};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreateTopicsRequest, DescribeClusterRequest, FetchRequest,
-    FindCoordinatorRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, RequestKind,
-    ResponseKind,
+    FindCoordinatorRequest, ListOffsetsRequest, RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -83,19 +81,6 @@ fn seed(dir: &Path) {
     records.extend(topic("elsewhere", &[(3, 0, &[3, 2])]));
     records.extend(topic("__consumer_offsets", &[(2, 1, &[2, 3, 1])]));
     drop(store.propose(records).expect("seeded"));
-}
-
-fn metadata(client: &mut Client, topics: &[&str]) -> MetadataResponse {
-    let request = MetadataRequest::default().with_topics(Some(
-        topics
-            .iter()
-            .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
-            .collect(),
-    ));
-    let ResponseKind::Metadata(answer) = client.call(12, RequestKind::Metadata(request)) else {
-        unreachable!()
-    };
-    answer
 }
 
 fn fetch_error(client: &mut Client, topic: &str, current_leader_epoch: i32) -> i16 {
@@ -351,36 +336,39 @@ fn a_node_answers_from_the_cluster_image() {
     ids.sort();
     assert_eq!(ids, vec![1, 2, 3]);
 
-    // New topics are placed over the registered brokers; more replicas than brokers is refused.
+    // New topics are placed over the registered brokers; more replicas than brokers is
+    // refused, and so, until followers replicate, is more than one.
     let create = |name: &str, replication_factor: i16| {
         CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
             .with_name(topic_name(name))
             .with_num_partitions(6)
             .with_replication_factor(replication_factor)])
     };
+    for (name, replication_factor) in [("wide", 4), ("replicated", 2)] {
+        let ResponseKind::CreateTopics(answer) =
+            client.call(7, RequestKind::CreateTopics(create(name, replication_factor)))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            answer.topics[0].error_code,
+            code(ResponseError::InvalidReplicationFactor),
+            "{name}"
+        );
+    }
     let ResponseKind::CreateTopics(answer) =
-        client.call(7, RequestKind::CreateTopics(create("wide", 4)))
-    else {
-        unreachable!()
-    };
-    assert_eq!(
-        answer.topics[0].error_code,
-        code(ResponseError::InvalidReplicationFactor)
-    );
-    let ResponseKind::CreateTopics(answer) =
-        client.call(7, RequestKind::CreateTopics(create("striped", 2)))
+        client.call(7, RequestKind::CreateTopics(create("striped", 1)))
     else {
         unreachable!()
     };
     assert_eq!(answer.topics[0].error_code, 0);
-    assert_eq!(answer.topics[0].replication_factor, 2);
+    assert_eq!(answer.topics[0].replication_factor, 1);
     let answer = metadata(&mut client, &["striped"]);
     let partitions = &answer.topics[0].partitions;
     assert_eq!(partitions.len(), 6);
     let mut leaders = [0; 4];
     for partition in partitions {
-        assert_eq!(partition.replica_nodes.len(), 2);
-        assert_ne!(partition.replica_nodes[0], partition.replica_nodes[1]);
+        assert_eq!(partition.replica_nodes.len(), 1);
         assert_eq!(partition.leader_id, partition.replica_nodes[0]);
         leaders[partition.leader_id.0 as usize] += 1;
     }

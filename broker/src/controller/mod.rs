@@ -11,8 +11,16 @@
 //! `.await` in between, so two changes never interleave; a proposal that fails puts the
 //! proposed image back to the committed one; images are published in epoch order per shard,
 //! and a shard ignores an image older than the one it has.
+//!
+//! In a quorum of several voters (`cluster.rs`) only the active controller (the Raft
+//! leader, once it applied everything committed before its term) changes metadata; every
+//! other node applies what the log commits, and forwards its own broker registration.
 
-use std::cell::RefCell;
+mod cluster;
+
+pub use cluster::ForwardedRequest;
+
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -28,13 +36,20 @@ use crate::metadata::records::{
     BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, ProducerIdsRecord,
     RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC, SECURITY_PROTOCOL_PLAINTEXT,
 };
-use crate::metadata::{MetadataImage, MetadataRecord, MetadataStore, PartitionState, TopicMeta};
+use crate::metadata::{
+    MetadataImage, MetadataRecord, MetadataStore, PartitionState, StoreError, TopicMeta,
+};
+use crate::quorum::Quorum;
 use crate::shard_state::Shard;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Kafka's limit on topic name length.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Partitions one topic may have; far above what a node serves, well below overflow.
 pub const PARTITIONS_MAX: i32 = 100_000;
+/// Replicas a partition may have: one, until followers replicate the leader's log (a
+/// partition placed on followers that never fetch would claim an ISR that holds nothing).
+pub const REPLICAS_MAX: usize = 1;
 /// Producer ids in one block handed to a broker (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
@@ -46,7 +61,7 @@ pub struct ProducerIdBlock {
 }
 
 /// A refusal, in Kafka's terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Refusal {
     pub error_code: i16,
     pub message: String,
@@ -62,7 +77,7 @@ impl Refusal {
 }
 
 /// What CreateTopics asks for one topic, already defaulted.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TopicSpec {
     pub name: String,
     pub partition_count: i32,
@@ -79,6 +94,12 @@ pub struct Controller {
     proposed: RefCell<MetadataImage>,
     /// Everything committed: what shards are given.
     committed: RefCell<MetadataImage>,
+    /// The quorum of several voters this node is one of; `None` for a one-voter node.
+    quorum: Option<Arc<Quorum>>,
+    /// In a quorum: the Raft term in which this node is the active controller, if it is.
+    active_term: Cell<Option<u64>>,
+    /// The active controller as this node knows it, for every shard's answers.
+    active_controller: Arc<AtomicI32>,
 }
 
 impl Controller {
@@ -91,7 +112,30 @@ impl Controller {
             store: RefCell::new(store),
             proposed: RefCell::new(image.clone()),
             committed: RefCell::new(image),
+            quorum: None,
+            active_term: Cell::new(None),
+            active_controller: Arc::new(AtomicI32::new(-1)),
         })
+    }
+
+    /// The controller of node `node_id`: its own active controller while it is a one-voter
+    /// quorum, else whoever the quorum elects; `active_controller` is told which node that
+    /// is.
+    pub fn serving(
+        mut self,
+        node_id: i32,
+        quorum: Option<Arc<Quorum>>,
+        active_controller: Arc<AtomicI32>,
+    ) -> Controller {
+        if quorum.is_none() {
+            active_controller.store(node_id, Ordering::Relaxed);
+        }
+        self.quorum = quorum;
+        self.active_controller = active_controller;
+        if let Some(status) = self.quorum.as_ref().and_then(|q| q.status()) {
+            self.refresh_role(&status);
+        }
+        self
     }
 
     /// The committed image.
@@ -101,17 +145,10 @@ impl Controller {
 
     /// Registers this node as a new incarnation of broker `node.id`, fenced until
     /// [`Controller::unfence_local`]: a broker leads nothing before its partitions are open.
+    /// In a quorum, a node that is not the active controller asks the one that is.
     pub async fn register_local(&self, config: &BrokerConfig) -> Result<(), Refusal> {
-        let epoch = self
-            .proposed
-            .borrow()
-            .brokers
-            .get(&config.node_id)
-            .map_or(1, |broker| broker.epoch + 1);
-        let registration = RegisterBrokerRecord {
+        let request = ForwardedRequest::Register {
             broker_id: config.node_id,
-            incarnation_id: Uuid::new_v4(),
-            broker_epoch: epoch,
             endpoints: vec![BrokerEndpoint {
                 name: "PLAINTEXT".into(),
                 host: config.advertised.host.clone(),
@@ -119,11 +156,36 @@ impl Controller {
                 security_protocol: SECURITY_PROTOCOL_PLAINTEXT,
             }],
             rack: config.rack.clone(),
+        };
+        let epoch = self.execute_or_forward(None, request).await?;
+        self.wait_for_epoch(config.node_id, epoch, false).await
+    }
+
+    /// A new incarnation of broker `broker_id`, fenced, at the epoch after its last one.
+    async fn register(
+        &self,
+        broker_id: i32,
+        endpoints: Vec<BrokerEndpoint>,
+        rack: Option<String>,
+    ) -> Result<i64, Refusal> {
+        let epoch = self
+            .proposed
+            .borrow()
+            .brokers
+            .get(&broker_id)
+            .map_or(1, |broker| broker.epoch + 1);
+        let registration = RegisterBrokerRecord {
+            broker_id,
+            incarnation_id: Uuid::new_v4(),
+            broker_epoch: epoch,
+            endpoints,
+            rack,
             fenced: true,
             in_controlled_shutdown: false,
         };
         self.commit(vec![MetadataRecord::RegisterBroker(registration)])
-            .await
+            .await?;
+        Ok(epoch)
     }
 
     /// Unfences this node once every shard serves its partitions, and publishes it.
@@ -131,7 +193,7 @@ impl Controller {
         let controller = Self::of(shard);
         let node = shard.config.node_id;
         let Some(epoch) = controller
-            .proposed
+            .committed
             .borrow()
             .brokers
             .get(&node)
@@ -142,17 +204,39 @@ impl Controller {
                 format!("broker {node} is not registered"),
             ));
         };
-        controller
-            .commit(vec![MetadataRecord::BrokerRegistrationChange(
-                BrokerRegistrationChangeRecord {
-                    broker_id: node,
-                    broker_epoch: epoch,
-                    fenced: Some(false),
-                    in_controlled_shutdown: None,
-                },
-            )])
-            .await?;
+        let request = ForwardedRequest::Unfence {
+            broker_id: node,
+            broker_epoch: epoch,
+        };
+        controller.execute_or_forward(Some(shard), request).await?;
+        controller.wait_for_epoch(node, epoch, true).await?;
         Controller::publish(shard, None).await
+    }
+
+    /// Unfences incarnation `broker_epoch` of broker `broker_id`.
+    async fn unfence(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+        let current = self
+            .proposed
+            .borrow()
+            .brokers
+            .get(&broker_id)
+            .map(|b| b.epoch);
+        if current != Some(broker_epoch) {
+            return Err(Refusal::new(
+                ResponseError::StaleBrokerEpoch,
+                format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
+            ));
+        }
+        self.commit(vec![MetadataRecord::BrokerRegistrationChange(
+            BrokerRegistrationChangeRecord {
+                broker_id,
+                broker_epoch,
+                fenced: Some(false),
+                in_controlled_shutdown: None,
+            },
+        )])
+        .await?;
+        Ok(broker_epoch)
     }
 
     /// The metadata log's end offset: records committed so far (its high watermark, a
@@ -216,6 +300,21 @@ impl Controller {
         controller.commit(topic_records(&topic)).await?;
         Controller::publish(shard, Some(topic.id)).await?;
         Ok(topic)
+    }
+
+    /// A topic this node creates for itself (`__consumer_offsets`, or auto-creation by
+    /// Metadata), asked from any shard; a node that is not the active controller forwards
+    /// it there, as Kafka's brokers do.
+    pub async fn create_internal_topic_from(
+        shard: &Rc<Shard>,
+        spec: TopicSpec,
+    ) -> Result<Result<TopicMeta, Refusal>, ShardStopped> {
+        shard
+            .router
+            .call(shard, 0, move |controller: Rc<Shard>| async move {
+                Controller::create_topic_anywhere(&controller, spec).await
+            })
+            .await
     }
 
     /// [`Controller::create_topic`] asked from any shard: the controller runs on shard 0.
@@ -369,26 +468,38 @@ impl Controller {
         shard: &Rc<Shard>,
         broker_id: i32,
     ) -> Result<ProducerIdBlock, Refusal> {
-        let controller = Self::of(shard);
-        let first = controller.proposed.borrow().next_producer_id_block_start;
+        let request = ForwardedRequest::AllocateProducerIds { broker_id };
+        let first = Self::of(shard)
+            .execute_or_forward(Some(shard), request)
+            .await?;
+        Ok(ProducerIdBlock {
+            first,
+            size: PRODUCER_ID_BLOCK_SIZE,
+        })
+    }
+
+    /// Commits the next block of producer ids to `broker_id`; the block's first id.
+    async fn allocate_block(&self, broker_id: i32) -> Result<i64, Refusal> {
+        let first = self.proposed.borrow().next_producer_id_block_start;
         let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
             return Err(Refusal::new(
                 ResponseError::UnknownServerError,
                 "Exhausted all producer ids: the next block would pass i64::MAX.",
             ));
         };
-        let broker_epoch = controller.broker_epoch(broker_id);
-        controller
-            .commit(vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
-                broker_id,
-                broker_epoch,
-                next_producer_id: next,
-            })])
-            .await?;
-        Ok(ProducerIdBlock {
-            first,
-            size: PRODUCER_ID_BLOCK_SIZE,
-        })
+        let broker_epoch = self
+            .proposed
+            .borrow()
+            .brokers
+            .get(&broker_id)
+            .map_or(-1, |broker| broker.epoch);
+        self.commit(vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
+            broker_id,
+            broker_epoch,
+            next_producer_id: next,
+        })])
+        .await?;
+        Ok(first)
     }
 
     /// [`Controller::allocate_producer_ids`] asked from any shard.
@@ -432,6 +543,15 @@ impl Controller {
             ));
         }
         let factor = replication_factor as usize;
+        if factor > REPLICAS_MAX && brokers.len() >= factor {
+            return Err(Refusal::new(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "Replication factor {factor} is not supported yet: partitions have \
+                     {REPLICAS_MAX} replica until followers replicate the leader's log."
+                ),
+            ));
+        }
         if factor > brokers.len() {
             return Err(Refusal::new(
                 ResponseError::InvalidReplicationFactor,
@@ -470,6 +590,12 @@ impl Controller {
             return invalid("The manual partition assignment is empty.".into());
         };
         let expected = replication.unwrap_or(first.len());
+        if expected > REPLICAS_MAX {
+            return invalid(format!(
+                "{expected} replicas per partition are not supported yet: partitions have \
+                 {REPLICAS_MAX} replica until followers replicate the leader's log."
+            ));
+        }
         for replicas in assignments {
             if replicas.is_empty() {
                 return invalid(
@@ -502,6 +628,9 @@ impl Controller {
     /// Proposes `records` as one batch after checking that they apply, and waits for their
     /// commit; then applies what the store committed to the committed image.
     async fn commit(&self, records: Vec<MetadataRecord>) -> Result<(), Refusal> {
+        if self.quorum.is_some() && self.active_term.get().is_none() {
+            return Err(self.not_controller());
+        }
         let mut next = self.proposed.borrow().clone();
         for record in &records {
             next.apply(record)
@@ -516,21 +645,49 @@ impl Controller {
             Err(error) => Err(error),
         };
         if let Err(error) = committed {
-            tracing::error!(%error, "metadata commit failed");
             *self.proposed.borrow_mut() = self.committed.borrow().clone();
+            if let StoreError::NotController { .. } = error {
+                return Err(self.not_controller());
+            }
+            tracing::error!(%error, "metadata commit failed");
             return Err(Refusal::new(
                 ResponseError::KafkaStorageError,
                 error.to_string(),
             ));
         }
-        let batches = self.store.borrow_mut().take_committed();
-        let mut image = self.committed.borrow_mut();
-        for record in batches.iter().flat_map(|batch| &batch.records) {
-            image
-                .apply(record)
-                .map_err(|reason| Refusal::new(ResponseError::UnknownServerError, reason))?;
-        }
+        self.apply_committed();
         Ok(())
+    }
+
+    /// Applies what the store committed since the last call to the committed image (and,
+    /// on a node that is not the active controller, makes it the proposed one too); true
+    /// if anything was.
+    fn apply_committed(&self) -> bool {
+        let batches = self.store.borrow_mut().take_committed();
+        if batches.is_empty() {
+            return false;
+        }
+        let mut image = self.committed.borrow_mut();
+        for batch in &batches {
+            if batch.snapshot {
+                *image = MetadataImage::default();
+            }
+            for record in &batch.records {
+                // Every node applies the same records alike; one that does not apply is
+                // skipped everywhere.
+                if let Err(reason) = image.apply(record) {
+                    tracing::error!(
+                        offset = batch.offset,
+                        reason,
+                        "a metadata record is skipped"
+                    );
+                }
+            }
+        }
+        if self.quorum.is_some() && self.active_term.get().is_none() {
+            *self.proposed.borrow_mut() = image.clone();
+        }
+        true
     }
 
     /// Sends the committed image to every shard and waits until each has installed it. Fails

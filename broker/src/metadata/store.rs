@@ -46,16 +46,24 @@ pub enum StoreError {
         index: usize,
         reason: String,
     },
+    /// The quorum store: this node is not the active controller.
+    #[error("this node is not the active controller (the quorum's leader is {leader:?})")]
+    NotController { leader: Option<u64> },
+    #[error("metadata quorum: {0}")]
+    Quorum(String),
 }
 
 /// Resolves once a proposed batch is committed (or can no longer be).
 pub type Commit = Pin<Box<dyn Future<Output = Result<(), StoreError>>>>;
 
-/// Records committed together, at `offset` (the number of records committed before them).
+/// Records committed together, at `offset` (the number of records committed before them in
+/// the file store, the Raft index in the quorum's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedBatch {
     pub offset: u64,
     pub records: Vec<MetadataRecord>,
+    /// The records are a snapshot's: they replace everything applied before.
+    pub snapshot: bool,
 }
 
 /// Commits metadata records durably and rebuilds the image from them.
@@ -231,7 +239,11 @@ impl MetadataStore for FileMetadataStore {
         self.len += frame.len() as u64;
         let offset = self.next_offset;
         self.next_offset += records.len() as u64;
-        self.committed.push(CommittedBatch { offset, records });
+        self.committed.push(CommittedBatch {
+            offset,
+            records,
+            snapshot: false,
+        });
         self.reserve();
         Ok(Box::pin(std::future::ready(Ok(()))))
     }
@@ -362,11 +374,13 @@ mod tests {
             vec![
                 CommittedBatch {
                     offset: 0,
-                    records: a.clone()
+                    records: a.clone(),
+                    snapshot: false,
                 },
                 CommittedBatch {
                     offset: a.len() as u64,
-                    records: b
+                    records: b,
+                    snapshot: false,
                 },
             ]
         );

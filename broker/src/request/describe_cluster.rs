@@ -35,7 +35,11 @@ pub fn handle(shard: &Shard, request: DescribeClusterRequest, version: i16) -> R
             .with_cluster_id(StrBytes::from_string(
                 config.cluster_id.clone().unwrap_or_default(),
             ))
-            .with_controller_id(BrokerId(config.node_id))
+            .with_controller_id(BrokerId(
+                config
+                    .active_controller
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ))
             .with_brokers(brokers)
             .with_cluster_authorized_operations(authorized::if_asked(
                 request.include_cluster_authorized_operations,

@@ -1,8 +1,10 @@
 //! DescribeQuorum (KIP-595, KIP-853): the metadata quorum as `kafka-metadata-quorum
-//! describe` shows it. While a node is a one-voter quorum of itself, it is the leader and
-//! the only voter, its log end offset is the high watermark (it commits what it writes,
-//! fdatasynced), and there are no observers; the answer is read from the controller on
-//! shard 0.
+//! describe` shows it, read from the controller on shard 0. While a node is a one-voter
+//! quorum of itself, it is the leader and the only voter, and its log end offset is the high
+//! watermark (it commits what it writes, fdatasynced). In a quorum of several voters the
+//! epoch is the Raft term, the high watermark follows the committed index, and each voter's
+//! log end offset is what the leader knows of it (asked of a follower, only its own is
+//! known: -1 for the others). There are no observers.
 
 use std::rc::Rc;
 
@@ -20,22 +22,61 @@ use crate::errors::code;
 use crate::metadata::METADATA_TOPIC;
 use crate::shard_state::Shard;
 
+/// The quorum as shard 0 sees it: who leads in which epoch, the high watermark, and each
+/// voter with the log end offset the leader knows for it (-1 where unknown).
+struct View {
+    leader: i32,
+    epoch: i32,
+    high_watermark: i64,
+    voters: Vec<(i32, i64)>,
+}
+
+async fn view(shard: &Rc<Shard>) -> Option<View> {
+    let node = shard.config.node_id;
+    shard
+        .router
+        .call(shard, 0, move |owner: Rc<Shard>| async move {
+            let controller = owner.controller.as_ref()?;
+            let Some(status) = controller.quorum_status().await else {
+                // A one-voter quorum: it leads, and commits what it writes.
+                let end_offset = controller.metadata_end_offset() as i64;
+                return Some(View {
+                    leader: node,
+                    epoch: 0,
+                    high_watermark: end_offset,
+                    voters: vec![(node, end_offset)],
+                });
+            };
+            let voters = status
+                .voters
+                .iter()
+                .map(|&(id, matched)| {
+                    let end = match matched {
+                        Some(matched) => matched as i64 + 1,
+                        None if id == status.node_id => status.last_index as i64 + 1,
+                        None => -1,
+                    };
+                    (id as i32, end)
+                })
+                .collect();
+            Some(View {
+                leader: status.leader.map_or(-1, |l| l as i32),
+                epoch: status.term as i32,
+                high_watermark: status.commit_index as i64 + 1,
+                voters,
+            })
+        })
+        .await
+        .ok()
+        .flatten()
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     request: DescribeQuorumRequest,
     version: i16,
 ) -> ResponseKind {
-    let end_offset = shard
-        .router
-        .call(shard, 0, |controller: Rc<Shard>| async move {
-            controller
-                .controller
-                .as_ref()
-                .map(|controller| controller.metadata_end_offset() as i64)
-        })
-        .await
-        .ok()
-        .flatten();
+    let view = view(shard).await;
     let config = &shard.config;
     let node = config.node_id;
     let directory_id = config
@@ -54,23 +95,31 @@ pub async fn handle(
                     topic.topic_name.as_str() == METADATA_TOPIC && wanted.partition_index == 0;
                 let mut answer =
                     PartitionData::default().with_partition_index(wanted.partition_index);
-                match end_offset.filter(|_| known) {
-                    Some(end_offset) => {
-                        let voter = ReplicaState::default()
-                            .with_replica_id(BrokerId(node))
-                            .with_replica_directory_id(if version >= 2 {
-                                directory_id
-                            } else {
-                                Default::default()
+                match view.as_ref().filter(|_| known) {
+                    Some(view) => {
+                        let voters = view
+                            .voters
+                            .iter()
+                            .map(|&(id, end_offset)| {
+                                let known_now = end_offset >= 0;
+                                let stamp = if version >= 1 && known_now { now } else { -1 };
+                                ReplicaState::default()
+                                    .with_replica_id(BrokerId(id))
+                                    .with_replica_directory_id(if version >= 2 && id == node {
+                                        directory_id
+                                    } else {
+                                        Default::default()
+                                    })
+                                    .with_log_end_offset(end_offset)
+                                    .with_last_fetch_timestamp(stamp)
+                                    .with_last_caught_up_timestamp(stamp)
                             })
-                            .with_log_end_offset(end_offset)
-                            .with_last_fetch_timestamp(if version >= 1 { now } else { -1 })
-                            .with_last_caught_up_timestamp(if version >= 1 { now } else { -1 });
+                            .collect();
                         answer = answer
-                            .with_leader_id(BrokerId(node))
-                            .with_leader_epoch(0)
-                            .with_high_watermark(end_offset)
-                            .with_current_voters(vec![voter]);
+                            .with_leader_id(BrokerId(view.leader))
+                            .with_leader_epoch(view.epoch)
+                            .with_high_watermark(view.high_watermark)
+                            .with_current_voters(voters);
                     }
                     None => {
                         answer = answer
@@ -90,12 +139,31 @@ pub async fn handle(
         );
     }
     if version >= 2 {
-        response.nodes = vec![Node::default()
-            .with_node_id(BrokerId(node))
-            .with_listeners(vec![Listener::default()
-                .with_name(StrBytes::from_static_str("PLAINTEXT"))
-                .with_host(StrBytes::from_string(config.advertised.host.clone()))
-                .with_port(config.advertised.port)])];
+        response.nodes = if config.quorum_voters.is_empty() {
+            vec![node_entry(
+                node,
+                "PLAINTEXT",
+                &config.advertised.host,
+                config.advertised.port,
+            )]
+        } else {
+            config
+                .quorum_voters
+                .iter()
+                .map(|(&id, address)| {
+                    node_entry(id, "CONTROLLER", &address.ip().to_string(), address.port())
+                })
+                .collect()
+        };
     }
     ResponseKind::DescribeQuorum(response)
+}
+
+fn node_entry(id: i32, listener: &'static str, host: &str, port: u16) -> Node {
+    Node::default()
+        .with_node_id(BrokerId(id))
+        .with_listeners(vec![Listener::default()
+            .with_name(StrBytes::from_static_str(listener))
+            .with_host(StrBytes::from_string(host.to_string()))
+            .with_port(port)])
 }

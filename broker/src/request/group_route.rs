@@ -63,7 +63,7 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
         ]
         .into(),
     };
-    let created = Controller::create_topic_from(shard, spec, false).await;
+    let created = Controller::create_internal_topic_from(shard, spec).await;
     match created {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(refusal)) if refusal.error_code == code(ResponseError::TopicAlreadyExists) => Ok(()),

@@ -23,7 +23,6 @@ use crate::shard_state::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> ResponseKind {
     let config = &shard.config;
-    let node = BrokerId(config.node_id);
     let image = shard.image();
     // Before v4 there is no flag: auto-creation follows the broker setting alone.
     let allow_create =
@@ -88,7 +87,15 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
                 (version >= 2)
                     .then(|| StrBytes::from_string(config.cluster_id.clone().unwrap_or_default())),
             )
-            .with_controller_id(if version >= 1 { node } else { BrokerId(-1) })
+            .with_controller_id(if version >= 1 {
+                BrokerId(
+                    config
+                        .active_controller
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )
+            } else {
+                BrokerId(-1)
+            })
             .with_topics(topics)
             // Asked only in v8-v10; later versions ask DescribeCluster.
             .with_cluster_authorized_operations(authorized::if_asked(
@@ -114,7 +121,7 @@ async fn auto_create(shard: &Rc<Shard>, name: String) -> MetadataResponseTopic {
         assignments: None,
         configs: Default::default(),
     };
-    let created = Controller::create_topic_from(shard, spec, false).await;
+    let created = Controller::create_internal_topic_from(shard, spec).await;
     match created {
         Ok(Ok(topic)) => describe(&topic, &shard.image()),
         // Another request created it first: describe what exists.

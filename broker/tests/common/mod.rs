@@ -509,3 +509,22 @@ pub fn fetch_values(client: &mut Client, topic: &str, offset: i64) -> (i16, Vec<
     let records = partition.records.as_ref().map(values).unwrap_or_default();
     (partition.error_code, records)
 }
+
+/// Metadata (v12) for `topics` (`&[]`: brokers only), never auto-creating.
+pub fn metadata(
+    client: &mut Client,
+    topics: &[&str],
+) -> kafka_protocol::messages::MetadataResponse {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::MetadataRequest;
+    let request = MetadataRequest::default().with_topics(Some(
+        topics
+            .iter()
+            .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+            .collect(),
+    ));
+    let ResponseKind::Metadata(answer) = client.call(12, RequestKind::Metadata(request)) else {
+        unreachable!()
+    };
+    answer
+}

@@ -1,0 +1,289 @@
+//! The controller in a quorum of several voters: who is active, following the log, and the
+//! requests a node forwards to the active controller (its own registration and unfencing,
+//! and blocks of producer ids).
+//!
+//! Invariants: a node is the active controller only in a term in which its voter leads and
+//! has applied everything committed before that term (`QuorumStatus::active`); entering or
+//! leaving that role starts validation again from the committed image, so nothing a former
+//! leader proposed and lost is ever validated against; a forwarded request is executed only
+//! by the active controller, against its own proposed image (the epoch a registration gets
+//! is the controller's to choose, never the requester's).
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use serde::{Deserialize, Serialize};
+
+use super::{Controller, Refusal, TopicSpec};
+use crate::metadata::records::BrokerEndpoint;
+use crate::quorum::runner::ForwardRequest;
+use crate::quorum::QuorumStatus;
+use crate::shard_state::Shard;
+
+/// How often a node looks at the quorum: what it committed, who leads, what was forwarded.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
+/// How long a forwarded request, or waiting to see its outcome in the log, may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a node asks of the active controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardedRequest {
+    Register {
+        broker_id: i32,
+        endpoints: Vec<BrokerEndpoint>,
+        rack: Option<String>,
+    },
+    Unfence {
+        broker_id: i32,
+        broker_epoch: i64,
+    },
+    /// A block of producer ids (Kafka's AllocateProducerIds); answered with its first id.
+    AllocateProducerIds {
+        broker_id: i32,
+    },
+    /// A topic a broker creates for itself: `__consumer_offsets`, or one a client's
+    /// Metadata request auto-creates.
+    CreateTopic(TopicSpec),
+}
+
+impl Controller {
+    pub(super) fn not_controller(&self) -> Refusal {
+        let active = self.active_controller.load(Ordering::Relaxed);
+        Refusal::new(
+            ResponseError::NotController,
+            format!("this node is not the active controller (node {active} is)"),
+        )
+    }
+
+    /// Takes the quorum's view: becomes or stops being the active controller, and tells
+    /// every shard who is.
+    pub(super) fn refresh_role(&self, status: &QuorumStatus) {
+        let active = status.active.then_some(status.term);
+        if active != self.active_term.get() {
+            if active.is_some() {
+                // Everything committed before this term is in the channel by now.
+                self.apply_committed();
+            }
+            *self.proposed.borrow_mut() = self.committed.borrow().clone();
+            self.active_term.set(active);
+            tracing::info!(
+                active = active.is_some(),
+                term = status.term,
+                leader = ?status.leader,
+                "metadata quorum role"
+            );
+        }
+        let leader = status.leader.map_or(-1, |leader| leader as i32);
+        self.active_controller.store(leader, Ordering::Relaxed);
+    }
+
+    /// Where the quorum stands, for DescribeQuorum; `None` for a one-voter node.
+    pub async fn quorum_status(&self) -> Option<QuorumStatus> {
+        self.quorum.as_ref()?.status_async().await
+    }
+
+    /// Runs `request` here if this node is the active controller (or a one-voter node),
+    /// else forwards it to the leader, retrying across elections until `FORWARD_TIMEOUT`.
+    /// `shard` is shard 0, once the node runs (creating a topic publishes it).
+    pub(super) async fn execute_or_forward(
+        &self,
+        shard: Option<&Rc<Shard>>,
+        request: ForwardedRequest,
+    ) -> Result<i64, Refusal> {
+        let Some(quorum) = self.quorum.clone() else {
+            return self.execute(shard, request).await;
+        };
+        let deadline = std::time::Instant::now() + FORWARD_TIMEOUT;
+        loop {
+            if let Some(status) = quorum.status_async().await {
+                self.refresh_role(&status);
+            }
+            let outcome = if self.active_term.get().is_some() {
+                self.execute(shard, request.clone()).await
+            } else {
+                let body = serde_json::to_vec(&request).expect("requests always serialize");
+                match quorum.proposer().forward(body).await {
+                    Ok(answer) => serde_json::from_slice::<Result<i64, Refusal>>(&answer)
+                        .unwrap_or_else(|error| {
+                            Err(Refusal::new(
+                                ResponseError::UnknownServerError,
+                                format!("an answer of the controller is unreadable: {error}"),
+                            ))
+                        }),
+                    Err(reason) => Err(Refusal::new(ResponseError::NotController, reason)),
+                }
+            };
+            match outcome {
+                Err(refusal)
+                    if refusal.error_code == crate::errors::code(ResponseError::NotController)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(message = refusal.message, "no active controller yet");
+                    pause(Duration::from_millis(50)).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn execute(
+        &self,
+        shard: Option<&Rc<Shard>>,
+        request: ForwardedRequest,
+    ) -> Result<i64, Refusal> {
+        match request {
+            ForwardedRequest::Register {
+                broker_id,
+                endpoints,
+                rack,
+            } => self.register(broker_id, endpoints, rack).await,
+            ForwardedRequest::Unfence {
+                broker_id,
+                broker_epoch,
+            } => self.unfence(broker_id, broker_epoch).await,
+            ForwardedRequest::AllocateProducerIds { broker_id } => {
+                self.allocate_block(broker_id).await
+            }
+            ForwardedRequest::CreateTopic(spec) => match shard {
+                Some(shard) => Controller::create_topic(shard, spec, false)
+                    .await
+                    .map(|_| 0),
+                None => Err(Refusal::new(
+                    ResponseError::UnknownServerError,
+                    "topics are created once the node runs",
+                )),
+            },
+        }
+    }
+
+    /// Waits until this node's committed image holds broker `broker_id` at `epoch` (and
+    /// unfenced, if `unfenced`): what the active controller committed has reached this
+    /// node's log.
+    pub(super) async fn wait_for_epoch(
+        &self,
+        broker_id: i32,
+        epoch: i64,
+        unfenced: bool,
+    ) -> Result<(), Refusal> {
+        let deadline = std::time::Instant::now() + FORWARD_TIMEOUT;
+        loop {
+            self.apply_committed();
+            let reached = self
+                .committed
+                .borrow()
+                .brokers
+                .get(&broker_id)
+                .is_some_and(|b| b.epoch == epoch && (!unfenced || !b.fenced));
+            if reached {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Refusal::new(
+                    ResponseError::RequestTimedOut,
+                    format!("broker {broker_id} epoch {epoch} never reached this node's log"),
+                ));
+            }
+            pause(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Creates a topic this node needs (`__consumer_offsets`, auto-creation), forwarding it
+    /// to the active controller if this node is not it, and answers once this node's own
+    /// shards serve the topic.
+    pub(super) async fn create_topic_anywhere(
+        shard: &Rc<Shard>,
+        spec: TopicSpec,
+    ) -> Result<super::TopicMeta, Refusal> {
+        let controller = Self::of(shard);
+        if controller.quorum.is_none() || controller.active_term.get().is_some() {
+            return Controller::create_topic(shard, spec, false).await;
+        }
+        let name = spec.name.clone();
+        controller
+            .execute_or_forward(Some(shard), ForwardedRequest::CreateTopic(spec))
+            .await?;
+        let deadline = std::time::Instant::now() + FORWARD_TIMEOUT;
+        loop {
+            controller.apply_committed();
+            let created = controller.committed.borrow().topic(&name).cloned();
+            if let Some(topic) = created {
+                Controller::publish(shard, Some(topic.id)).await?;
+                return Ok(topic);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Refusal::new(
+                    ResponseError::RequestTimedOut,
+                    format!("topic {name} never reached this node's log"),
+                ));
+            }
+            pause(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Shard 0 of a node in a quorum: applies what the log commits and publishes it, keeps
+    /// the node's role current, and serves requests other nodes forward, until stopped.
+    pub async fn follow_forever(shard: Rc<Shard>) {
+        let controller = Self::of(&shard);
+        let Some(quorum) = controller.quorum.clone() else {
+            return;
+        };
+        loop {
+            glommio::timer::sleep(FOLLOW_INTERVAL).await;
+            if let Some(status) = quorum.status_async().await {
+                controller.refresh_role(&status);
+            }
+            if controller.apply_committed() {
+                if let Err(refusal) = Controller::publish(&shard, None).await {
+                    tracing::warn!(message = refusal.message, "publishing a committed image");
+                }
+            }
+            for request in quorum.requests().try_iter() {
+                glommio::spawn_local(serve_forwarded(shard.clone(), request)).detach();
+            }
+        }
+    }
+}
+
+/// Executes a request another node forwarded, if this node is the active controller, and
+/// answers it.
+async fn serve_forwarded(shard: Rc<Shard>, request: ForwardRequest) {
+    let controller = Controller::of(&shard);
+    let outcome = match serde_json::from_slice::<ForwardedRequest>(&request.body) {
+        Ok(_) if controller.active_term.get().is_none() => Err(controller.not_controller()),
+        Ok(forwarded) => {
+            let outcome = controller.execute(Some(&shard), forwarded).await;
+            if outcome.is_ok() {
+                if let Err(refusal) = Controller::publish(&shard, None).await {
+                    tracing::warn!(message = refusal.message, "publishing a registration");
+                }
+            }
+            outcome
+        }
+        Err(error) => Err(Refusal::new(
+            ResponseError::InvalidRequest,
+            format!("an unreadable forwarded request: {error}"),
+        )),
+    };
+    let answer = serde_json::to_vec(&outcome).expect("answers always serialize");
+    if let Some(quorum) = &controller.quorum {
+        quorum.reply(request.from, request.id, Ok(answer));
+    }
+}
+
+/// Waits `duration` without blocking the caller's executor, on a shard or on the main
+/// thread alike (a node registers itself before its shards run): a short-lived thread
+/// sleeps and wakes the caller. Only for the rare waits of registration.
+async fn pause(duration: Duration) {
+    let (wake, woken) = flume::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("controller-wait".into())
+        .spawn(move || {
+            std::thread::sleep(duration);
+            let _ = wake.send(());
+        });
+    if spawned.is_ok() {
+        let _ = woken.recv_async().await;
+    }
+}

@@ -1,0 +1,265 @@
+//! Three nodes, each broker and controller (Kafka's combined mode), in one metadata quorum
+//! over loopback: they elect a controller, all three register as brokers, a topic created
+//! through the controller reaches every node with its partitions led across the three, a
+//! node that is not the controller refuses admin changes with NOT_CONTROLLER, and when the
+//! controller is killed the other two elect another one, which takes changes, and the
+//! killed node comes back and catches up. Every wait is bounded.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{batch, metadata, produce, read_values, topic_name, Client, Node, Stopped};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DescribeQuorumRequest, MetadataResponse, RequestKind, ResponseKind,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+const CLUSTER_ID: &str = "q3ClusterTestsXXXXXXXw";
+
+struct Cluster {
+    _tmp: tempfile::TempDir,
+    dirs: BTreeMap<i32, PathBuf>,
+    voters: String,
+    nodes: BTreeMap<i32, Node>,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+impl Cluster {
+    /// Formats three directories with one cluster id and starts the three nodes at once
+    /// (each waits for a quorum before it is ready).
+    fn start() -> Cluster {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let voters = (1..=3)
+            .map(|id| format!("{id}@127.0.0.1:{}", free_port()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut dirs = BTreeMap::new();
+        for id in 1..=3 {
+            let dir = tmp.path().join(format!("node-{id}"));
+            std::fs::create_dir_all(&dir).expect("dir");
+            let output = Command::new(env!("CARGO_BIN_EXE_ringlog"))
+                .args(["format", "--cluster-id", CLUSTER_ID])
+                .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
+                .args(["--set", &format!("node.id={id}")])
+                .env("RUST_LOG", "warn")
+                .output()
+                .expect("ringlog format runs");
+            assert!(output.status.success(), "{output:?}");
+            dirs.insert(id, dir);
+        }
+        let mut cluster = Cluster {
+            _tmp: tmp,
+            dirs,
+            voters,
+            nodes: BTreeMap::new(),
+        };
+        let started: Vec<(i32, Node)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (1..=3)
+                .map(|id| {
+                    let cluster = &cluster;
+                    scope.spawn(move || (id, cluster.launch(id)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a node starts"))
+                .collect()
+        });
+        cluster.nodes.extend(started);
+        cluster
+    }
+
+    fn settings(&self, id: i32) -> Vec<String> {
+        vec![
+            format!("node.id={id}"),
+            format!("controller.quorum.voters={}", self.voters),
+        ]
+    }
+
+    fn launch(&self, id: i32) -> Node {
+        let settings = self.settings(id);
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        Node::start_in(&self.dirs[&id], &settings)
+    }
+
+    fn client(&self, id: i32) -> Client {
+        self.nodes[&id].connect()
+    }
+
+    /// The controller every running node names, once they agree and it is one of them.
+    fn controller(&self) -> i32 {
+        wait_for(|| {
+            let named: Vec<i32> = self
+                .nodes
+                .keys()
+                .map(|&id| metadata(&mut self.client(id), &[]).controller_id.0)
+                .collect();
+            let first = named[0];
+            (named.iter().all(|&c| c == first) && self.nodes.contains_key(&first)).then_some(first)
+        })
+    }
+}
+
+fn wait_for<T>(mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn broker_ids(answer: &MetadataResponse) -> Vec<i32> {
+    let mut ids: Vec<i32> = answer.brokers.iter().map(|b| b.node_id.0).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// CreateTopics of `topic` (3 partitions, one replica each): the topic's error code.
+fn create(client: &mut Client, topic: &str) -> i16 {
+    create_replicated(client, topic, 1)
+}
+
+fn create_replicated(client: &mut Client, topic: &str, replication_factor: i16) -> i16 {
+    let request = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(topic))
+            .with_num_partitions(3)
+            .with_replication_factor(replication_factor)]);
+    let ResponseKind::CreateTopics(answer) = client.call(7, RequestKind::CreateTopics(request))
+    else {
+        unreachable!()
+    };
+    answer.topics[0].error_code
+}
+
+/// Partition index → leader, as `id`'s node answers, once every partition has one.
+fn leaders(cluster: &Cluster, id: i32, topic: &str) -> Option<BTreeMap<i32, i32>> {
+    let answer = metadata(&mut cluster.client(id), &[topic]);
+    let topic = answer.topics.first()?;
+    if topic.error_code != 0 || topic.partitions.len() != 3 {
+        return None;
+    }
+    Some(
+        topic
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.leader_id.0))
+            .collect(),
+    )
+}
+
+fn describe_quorum(client: &mut Client) -> kafka_protocol::messages::DescribeQuorumResponse {
+    let request = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+        .with_topic_name(topic_name("__cluster_metadata"))
+        .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+    let ResponseKind::DescribeQuorum(answer) = client.call(2, RequestKind::DescribeQuorum(request))
+    else {
+        unreachable!()
+    };
+    answer
+}
+
+#[test]
+fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controller() {
+    let mut cluster = Cluster::start();
+    let controller = cluster.controller();
+
+    // Every node knows all three brokers.
+    for &id in cluster.nodes.keys() {
+        wait_for(|| {
+            (broker_ids(&metadata(&mut cluster.client(id), &[])) == [1, 2, 3]).then_some(())
+        });
+    }
+    // The controller describes the quorum: three voters, itself leading.
+    let quorum = describe_quorum(&mut cluster.client(controller));
+    let partition = &quorum.topics[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    assert_eq!(partition.leader_id.0, controller);
+    assert!(partition.high_watermark > 0);
+    let mut voters: Vec<i32> = partition
+        .current_voters
+        .iter()
+        .map(|v| v.replica_id.0)
+        .collect();
+    voters.sort_unstable();
+    assert_eq!(voters, [1, 2, 3]);
+    assert_eq!(quorum.nodes.len(), 3, "every voter's controller listener");
+
+    // Only the controller changes metadata.
+    let other = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != controller)
+        .expect("another node");
+    assert_eq!(
+        create(&mut cluster.client(other), "refused"),
+        ResponseError::NotController.code()
+    );
+    assert_eq!(create(&mut cluster.client(controller), "spread"), 0);
+    // Followers do not replicate yet: a partition is not placed where nothing would copy it.
+    assert_eq!(
+        create_replicated(&mut cluster.client(controller), "replicated", 3),
+        ResponseError::InvalidReplicationFactor.code()
+    );
+    // Every node sees the topic, with the same leaders, spread over the three brokers.
+    let spread = wait_for(|| leaders(&cluster, controller, "spread"));
+    for &id in cluster.nodes.keys() {
+        let seen = wait_for(|| leaders(&cluster, id, "spread"));
+        assert_eq!(seen, spread, "node {id}");
+    }
+    let mut led: Vec<i32> = spread.values().copied().collect();
+    led.sort_unstable();
+    assert_eq!(led, [1, 2, 3], "one partition led by each broker");
+    // Each partition takes records at its leader.
+    for (&partition, &leader) in &spread {
+        let mut client = cluster.client(leader);
+        let value = format!("p{partition}");
+        let (error, _) = produce(
+            &mut client,
+            "spread",
+            partition,
+            batch(&[value.as_bytes()]),
+            -1,
+        );
+        assert_eq!(error, 0, "partition {partition} at broker {leader}");
+        assert_eq!(
+            read_values(&mut client, "spread", partition),
+            vec![bytes::Bytes::from(value)]
+        );
+    }
+
+    // The controller dies: the other two elect another, which takes changes.
+    let _killed: Stopped = cluster.nodes.remove(&controller).expect("running").kill();
+    let successor = cluster.controller();
+    assert_ne!(successor, controller);
+    assert_eq!(
+        wait_for(|| {
+            let code = create(&mut cluster.client(successor), "after");
+            (code != ResponseError::NotController.code()).then_some(code)
+        }),
+        0
+    );
+    // Back from its files, the old controller catches up with what it missed.
+    let node = cluster.launch(controller);
+    cluster.nodes.insert(controller, node);
+    wait_for(|| leaders(&cluster, controller, "after"));
+    wait_for(|| {
+        (broker_ids(&metadata(&mut cluster.client(controller), &[])) == [1, 2, 3]).then_some(())
+    });
+}
