@@ -122,6 +122,12 @@ pub struct BrokerConfig {
     /// `producer.id.expiration.ms`: a partition forgets an idempotent producer that appended
     /// nothing to it for this long.
     pub producer_id_expiration: Duration,
+    /// `broker.heartbeat.interval.ms`: how often a node of a quorum tells the active
+    /// controller it is alive.
+    pub heartbeat_interval: Duration,
+    /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced, and its
+    /// partitions lose it as leader.
+    pub session_timeout: Duration,
     /// `producer.id.expiration.check.interval.ms`: how often each shard looks for them.
     pub producer_id_expiration_check_interval: Duration,
 }
@@ -229,6 +235,8 @@ const BROKER_KEYS: &[&str] = &[
     "group.max.session.timeout.ms",
     "group.max.size",
     "producer.id.expiration.ms",
+    "broker.heartbeat.interval.ms",
+    "broker.session.timeout.ms",
     "producer.id.expiration.check.interval.ms",
 ];
 
@@ -453,6 +461,8 @@ impl BrokerConfig {
             )?,
             topic_defaults,
             producer_id_expiration: positive_ms("producer.id.expiration.ms", "86400000")?,
+            heartbeat_interval: positive_ms("broker.heartbeat.interval.ms", "2000")?,
+            session_timeout: positive_ms("broker.session.timeout.ms", "9000")?,
             producer_id_expiration_check_interval: positive_ms(
                 "producer.id.expiration.check.interval.ms",
                 "600000",
@@ -578,6 +588,14 @@ impl BrokerConfig {
             (
                 "producer.id.expiration.ms".into(),
                 self.producer_id_expiration.as_millis().to_string(),
+            ),
+            (
+                "broker.heartbeat.interval.ms".into(),
+                self.heartbeat_interval.as_millis().to_string(),
+            ),
+            (
+                "broker.session.timeout.ms".into(),
+                self.session_timeout.as_millis().to_string(),
             ),
             (
                 "producer.id.expiration.check.interval.ms".into(),

@@ -71,7 +71,7 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     };
     let controller = Controller::load(store)
         .context("loading metadata")?
-        .serving(config.node_id, quorum, config.active_controller.clone());
+        .serving(&config, quorum);
     // A new incarnation, fenced until every shard serves its partitions (`shard_main`).
     futures_lite::future::block_on(controller.register_local(&config)).map_err(|refusal| {
         anyhow::anyhow!("registering broker {}: {}", config.node_id, refusal.message)
@@ -220,6 +220,10 @@ async fn shard_main(
             _ => {}
         }
     }
+    let heartbeats = shard
+        .controller
+        .is_some()
+        .then(|| glommio::spawn_local(Controller::heartbeat_forever(shard.clone())).detach());
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
     let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
     let expiry = glommio::spawn_local(crate::producers::expire_forever(shard.clone())).detach();
@@ -239,8 +243,8 @@ async fn shard_main(
         }
         None => stopped.await,
     }
-    if let Some(follower) = follower {
-        follower.cancel();
+    for task in [follower, heartbeats].into_iter().flatten() {
+        task.cancel();
     }
     flusher.cancel();
     retention.cancel();

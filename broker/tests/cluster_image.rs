@@ -345,9 +345,10 @@ fn a_node_answers_from_the_cluster_image() {
             .with_replication_factor(replication_factor)])
     };
     for (name, replication_factor) in [("wide", 4), ("replicated", 2)] {
-        let ResponseKind::CreateTopics(answer) =
-            client.call(7, RequestKind::CreateTopics(create(name, replication_factor)))
-        else {
+        let ResponseKind::CreateTopics(answer) = client.call(
+            7,
+            RequestKind::CreateTopics(create(name, replication_factor)),
+        ) else {
             unreachable!()
         };
         assert_eq!(

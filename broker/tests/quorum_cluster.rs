@@ -85,6 +85,9 @@ impl Cluster {
         vec![
             format!("node.id={id}"),
             format!("controller.quorum.voters={}", self.voters),
+            // A dead broker is fenced within seconds, not Kafka's default 9.
+            "broker.heartbeat.interval.ms=200".into(),
+            "broker.session.timeout.ms=1500".into(),
         ]
     }
 
@@ -146,6 +149,25 @@ fn create_replicated(client: &mut Client, topic: &str, replication_factor: i16) 
         unreachable!()
     };
     answer.topics[0].error_code
+}
+
+/// Partition index → (error code, leader, leader epoch), as `id`'s node answers.
+fn partitions(cluster: &Cluster, id: i32, topic: &str) -> BTreeMap<i32, (i16, i32, i32)> {
+    let answer = metadata(&mut cluster.client(id), &[topic]);
+    answer
+        .topics
+        .first()
+        .map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let state = (p.error_code, p.leader_id.0, p.leader_epoch);
+                    (p.partition_index, state)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Partition index → leader, as `id`'s node answers, once every partition has one.
@@ -226,28 +248,56 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     let mut led: Vec<i32> = spread.values().copied().collect();
     led.sort_unstable();
     assert_eq!(led, [1, 2, 3], "one partition led by each broker");
-    // Each partition takes records at its leader.
+    // Each partition takes records at its leader (once the shard that owns it there has
+    // the topic: until then the answer is the retriable UNKNOWN_TOPIC_OR_PARTITION).
     for (&partition, &leader) in &spread {
         let mut client = cluster.client(leader);
         let value = format!("p{partition}");
-        let (error, _) = produce(
-            &mut client,
-            "spread",
-            partition,
-            batch(&[value.as_bytes()]),
-            -1,
-        );
-        assert_eq!(error, 0, "partition {partition} at broker {leader}");
+        wait_for(|| {
+            let records = batch(&[value.as_bytes()]);
+            let (error, _) = produce(&mut client, "spread", partition, records, -1);
+            assert!(
+                error == 0 || error == ResponseError::UnknownTopicOrPartition.code(),
+                "partition {partition} at broker {leader}: {error}"
+            );
+            (error == 0).then_some(())
+        });
         assert_eq!(
             read_values(&mut client, "spread", partition),
             vec![bytes::Bytes::from(value)]
         );
     }
 
-    // The controller dies: the other two elect another, which takes changes.
+    // The controller dies: the other two elect another, which takes changes, and fences
+    // the dead broker once it has been silent for a session: its partition has no leader.
+    let before = partitions(&cluster, controller, "spread");
+    let orphaned = *spread
+        .iter()
+        .find(|(_, &leader)| leader == controller)
+        .expect("a partition of the killed node")
+        .0;
     let _killed: Stopped = cluster.nodes.remove(&controller).expect("running").kill();
     let successor = cluster.controller();
     assert_ne!(successor, controller);
+    wait_for(|| {
+        (broker_ids(&metadata(&mut cluster.client(successor), &[])).len() == 2).then_some(())
+    });
+    let fenced = wait_for(|| {
+        let state = partitions(&cluster, successor, "spread")[&orphaned];
+        (state.1 == -1).then_some(state)
+    });
+    assert_eq!(fenced.0, ResponseError::LeaderNotAvailable.code());
+    assert!(
+        fenced.2 > before[&orphaned].2,
+        "losing its leader bumps the epoch"
+    );
+    // The other partitions keep their leaders.
+    let kept = partitions(&cluster, successor, "spread");
+    for (partition, &leader) in &spread {
+        if leader != controller {
+            assert_eq!(kept[partition].1, leader);
+        }
+    }
     assert_eq!(
         wait_for(|| {
             let code = create(&mut cluster.client(successor), "after");
@@ -259,6 +309,13 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     let node = cluster.launch(controller);
     cluster.nodes.insert(controller, node);
     wait_for(|| leaders(&cluster, controller, "after"));
+    // It leads its partition again, at a newer epoch.
+    let back = wait_for(|| {
+        let state = partitions(&cluster, successor, "spread")[&orphaned];
+        (state.1 == controller).then_some(state)
+    });
+    assert_eq!(back.0, 0);
+    assert!(back.2 > fenced.2);
     wait_for(|| {
         (broker_ids(&metadata(&mut cluster.client(controller), &[])) == [1, 2, 3]).then_some(())
     });

@@ -1,6 +1,7 @@
 //! The controller in a quorum of several voters: who is active, following the log, and the
-//! requests a node forwards to the active controller (its own registration and unfencing,
-//! and blocks of producer ids).
+//! requests a node forwards to the active controller (its own registration, unfencing and
+//! heartbeats, blocks of producer ids, the topics it creates for itself), and fencing the
+//! brokers that stopped heartbeating.
 //!
 //! Invariants: a node is the active controller only in a term in which its voter leads and
 //! has applied everything committed before that term (`QuorumStatus::active`); entering or
@@ -11,13 +12,14 @@
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 
 use super::{Controller, Refusal, TopicSpec};
-use crate::metadata::records::BrokerEndpoint;
+use crate::metadata::records::{BrokerEndpoint, BrokerRegistrationChangeRecord};
+use crate::metadata::{MetadataRecord, NO_LEADER};
 use crate::quorum::runner::ForwardRequest;
 use crate::quorum::QuorumStatus;
 use crate::shard_state::Shard;
@@ -46,6 +48,11 @@ pub enum ForwardedRequest {
     /// A topic a broker creates for itself: `__consumer_offsets`, or one a client's
     /// Metadata request auto-creates.
     CreateTopic(TopicSpec),
+    /// Broker `broker_id`, incarnation `broker_epoch`, is alive (Kafka's BrokerHeartbeat).
+    Heartbeat {
+        broker_id: i32,
+        broker_epoch: i64,
+    },
 }
 
 impl Controller {
@@ -65,6 +72,9 @@ impl Controller {
             if active.is_some() {
                 // Everything committed before this term is in the channel by now.
                 self.apply_committed();
+                // Every broker gets a full session to be heard from by this controller.
+                self.heartbeats.borrow_mut().clear();
+                self.active_since.set(Instant::now());
             }
             *self.proposed.borrow_mut() = self.committed.borrow().clone();
             self.active_term.set(active);
@@ -146,6 +156,10 @@ impl Controller {
             ForwardedRequest::AllocateProducerIds { broker_id } => {
                 self.allocate_block(broker_id).await
             }
+            ForwardedRequest::Heartbeat {
+                broker_id,
+                broker_epoch,
+            } => self.heartbeat(broker_id, broker_epoch).await,
             ForwardedRequest::CreateTopic(spec) => match shard {
                 Some(shard) => Controller::create_topic(shard, spec, false)
                     .await
@@ -155,6 +169,121 @@ impl Controller {
                     "topics are created once the node runs",
                 )),
             },
+        }
+    }
+
+    /// A heartbeat of incarnation `broker_epoch` of `broker_id`: noted, and a broker that
+    /// was fenced for silence is unfenced (it is back, and caught up enough to answer).
+    async fn heartbeat(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+        let known = self.proposed.borrow().brokers.get(&broker_id).cloned();
+        let Some(broker) = known else {
+            return Err(Refusal::new(
+                ResponseError::BrokerIdNotRegistered,
+                format!("broker {broker_id} is not registered"),
+            ));
+        };
+        if broker.epoch != broker_epoch {
+            return Err(Refusal::new(
+                ResponseError::StaleBrokerEpoch,
+                format!(
+                    "broker {broker_id} is at epoch {}, not {broker_epoch}",
+                    broker.epoch
+                ),
+            ));
+        }
+        self.heartbeats
+            .borrow_mut()
+            .insert(broker_id, Instant::now());
+        if broker.fenced {
+            self.unfence(broker_id, broker_epoch).await?;
+        }
+        Ok(broker_epoch)
+    }
+
+    /// While active: fences every unfenced broker not heard from for a session, and gives
+    /// its partitions another leader from their ISR (none if it was the only one).
+    async fn fence_silent_brokers(shard: &Rc<Shard>) {
+        let controller = Self::of(shard);
+        if controller.active_term.get().is_none() {
+            return;
+        }
+        let now = Instant::now();
+        let silent: Vec<(i32, i64)> = {
+            let heartbeats = controller.heartbeats.borrow();
+            let since = controller.active_since.get();
+            controller
+                .proposed
+                .borrow()
+                .brokers
+                .values()
+                .filter(|broker| !broker.fenced)
+                .filter(|broker| {
+                    let heard = heartbeats.get(&broker.id).copied().unwrap_or(since);
+                    now.duration_since(heard) > controller.session_timeout
+                })
+                .map(|broker| (broker.id, broker.epoch))
+                .collect()
+        };
+        for (broker_id, broker_epoch) in silent {
+            tracing::warn!(broker_id, "fencing a broker not heard from for a session");
+            let mut records = vec![MetadataRecord::BrokerRegistrationChange(
+                BrokerRegistrationChangeRecord {
+                    broker_id,
+                    broker_epoch,
+                    fenced: Some(true),
+                    in_controlled_shutdown: None,
+                },
+            )];
+            let live: Vec<i32> = controller
+                .proposed
+                .borrow()
+                .live_brokers()
+                .map(|b| b.id)
+                .filter(|&id| id != broker_id)
+                .collect();
+            records.extend(controller.leader_changes(|state| {
+                (state.leader == broker_id).then(|| {
+                    state
+                        .isr
+                        .iter()
+                        .copied()
+                        .find(|id| live.contains(id))
+                        .unwrap_or(NO_LEADER)
+                })
+            }));
+            match controller.commit(records).await {
+                Ok(()) => {
+                    if let Err(refusal) = Controller::publish(shard, None).await {
+                        tracing::warn!(message = refusal.message, "publishing a fencing");
+                    }
+                }
+                Err(refusal) => tracing::warn!(
+                    broker_id,
+                    message = refusal.message,
+                    "fencing a silent broker"
+                ),
+            }
+        }
+    }
+
+    /// Shard 0 of a node in a quorum: tells the active controller every heartbeat interval
+    /// that this broker is alive, until stopped.
+    pub async fn heartbeat_forever(shard: Rc<Shard>) {
+        let controller = Self::of(&shard);
+        if controller.quorum.is_none() {
+            return;
+        }
+        let node = shard.config.node_id;
+        loop {
+            glommio::timer::sleep(shard.config.heartbeat_interval).await;
+            let broker_epoch = controller.broker_epoch(node);
+            let request = ForwardedRequest::Heartbeat {
+                broker_id: node,
+                broker_epoch,
+            };
+            if let Err(refusal) = controller.execute_or_forward(Some(&shard), request).await {
+                tracing::debug!(message = refusal.message, "a heartbeat was not taken");
+            }
         }
     }
 
@@ -239,6 +368,7 @@ impl Controller {
                     tracing::warn!(message = refusal.message, "publishing a committed image");
                 }
             }
+            Controller::fence_silent_brokers(&shard).await;
             for request in quorum.requests().try_iter() {
                 glommio::spawn_local(serve_forwarded(shard.clone(), request)).detach();
             }

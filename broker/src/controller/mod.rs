@@ -21,9 +21,10 @@ mod cluster;
 pub use cluster::ForwardedRequest;
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
 use shard::ShardStopped;
@@ -33,11 +34,12 @@ use crate::config::{BrokerConfig, TOPIC_CONFIGS};
 use crate::errors::code;
 use crate::metadata::image::{partition_record, topic_records};
 use crate::metadata::records::{
-    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC, SECURITY_PROTOCOL_PLAINTEXT,
+    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, PartitionChangeRecord,
+    ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC,
+    SECURITY_PROTOCOL_PLAINTEXT,
 };
 use crate::metadata::{
-    MetadataImage, MetadataRecord, MetadataStore, PartitionState, StoreError, TopicMeta,
+    MetadataImage, MetadataRecord, MetadataStore, PartitionState, StoreError, TopicMeta, NO_LEADER,
 };
 use crate::quorum::Quorum;
 use crate::shard_state::Shard;
@@ -100,6 +102,12 @@ pub struct Controller {
     active_term: Cell<Option<u64>>,
     /// The active controller as this node knows it, for every shard's answers.
     active_controller: Arc<AtomicI32>,
+    /// While active: when each broker was last heard from (kept in memory, as Kafka does).
+    heartbeats: RefCell<HashMap<i32, Instant>>,
+    /// While active: since when, the grace every broker has before its first heartbeat.
+    active_since: Cell<Instant>,
+    /// `broker.session.timeout.ms`.
+    session_timeout: Duration,
 }
 
 impl Controller {
@@ -115,23 +123,24 @@ impl Controller {
             quorum: None,
             active_term: Cell::new(None),
             active_controller: Arc::new(AtomicI32::new(-1)),
+            heartbeats: RefCell::new(HashMap::new()),
+            active_since: Cell::new(Instant::now()),
+            session_timeout: Duration::from_secs(9),
         })
     }
 
-    /// The controller of node `node_id`: its own active controller while it is a one-voter
-    /// quorum, else whoever the quorum elects; `active_controller` is told which node that
-    /// is.
-    pub fn serving(
-        mut self,
-        node_id: i32,
-        quorum: Option<Arc<Quorum>>,
-        active_controller: Arc<AtomicI32>,
-    ) -> Controller {
+    /// The controller of the node `config` describes: its own active controller while it is
+    /// a one-voter quorum, else whoever `quorum` elects; `config.active_controller` is told
+    /// which node that is.
+    pub fn serving(mut self, config: &BrokerConfig, quorum: Option<Arc<Quorum>>) -> Controller {
         if quorum.is_none() {
-            active_controller.store(node_id, Ordering::Relaxed);
+            config
+                .active_controller
+                .store(config.node_id, Ordering::Relaxed);
         }
         self.quorum = quorum;
-        self.active_controller = active_controller;
+        self.active_controller = config.active_controller.clone();
+        self.session_timeout = config.session_timeout;
         if let Some(status) = self.quorum.as_ref().and_then(|q| q.status()) {
             self.refresh_role(&status);
         }
@@ -227,16 +236,44 @@ impl Controller {
                 format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
             ));
         }
-        self.commit(vec![MetadataRecord::BrokerRegistrationChange(
+        let mut records = vec![MetadataRecord::BrokerRegistrationChange(
             BrokerRegistrationChangeRecord {
                 broker_id,
                 broker_epoch,
                 fenced: Some(false),
                 in_controlled_shutdown: None,
             },
-        )])
-        .await?;
+        )];
+        // Partitions left without a leader while it was gone take it back, if it is in
+        // their ISR.
+        records.extend(self.leader_changes(|state| {
+            (state.leader == NO_LEADER && state.isr.contains(&broker_id)).then_some(broker_id)
+        }));
+        self.commit(records).await?;
         Ok(broker_epoch)
+    }
+
+    /// PartitionChange records giving each partition the leader `choose` picks for it
+    /// (`None`: unchanged), over the proposed image.
+    fn leader_changes(
+        &self,
+        mut choose: impl FnMut(&PartitionState) -> Option<i32>,
+    ) -> Vec<MetadataRecord> {
+        let image = self.proposed.borrow();
+        let mut records = Vec::new();
+        for topic in image.topics.values() {
+            for (index, state) in (0..).zip(&topic.partitions) {
+                if let Some(leader) = choose(state).filter(|&leader| leader != state.leader) {
+                    records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
+                        partition_id: index,
+                        topic_id: topic.id,
+                        leader: Some(leader),
+                        ..PartitionChangeRecord::default()
+                    }));
+                }
+            }
+        }
+        records
     }
 
     /// The metadata log's end offset: records committed so far (its high watermark, a
