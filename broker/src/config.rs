@@ -128,6 +128,9 @@ pub struct BrokerConfig {
     /// `broker.session.timeout.ms`: a broker not heard from for this long is fenced, and its
     /// partitions lose it as leader.
     pub session_timeout: Duration,
+    /// `metadata.log.max.record.bytes.between.snapshots`: a voter of a quorum replaces its
+    /// Raft log by a snapshot of the image once the log holds this many bytes.
+    pub metadata_snapshot_bytes: u64,
     /// `producer.id.expiration.check.interval.ms`: how often each shard looks for them.
     pub producer_id_expiration_check_interval: Duration,
 }
@@ -237,6 +240,7 @@ const BROKER_KEYS: &[&str] = &[
     "producer.id.expiration.ms",
     "broker.heartbeat.interval.ms",
     "broker.session.timeout.ms",
+    "metadata.log.max.record.bytes.between.snapshots",
     "producer.id.expiration.check.interval.ms",
 ];
 
@@ -463,6 +467,12 @@ impl BrokerConfig {
             producer_id_expiration: positive_ms("producer.id.expiration.ms", "86400000")?,
             heartbeat_interval: positive_ms("broker.heartbeat.interval.ms", "2000")?,
             session_timeout: positive_ms("broker.session.timeout.ms", "9000")?,
+            metadata_snapshot_bytes: number(
+                "metadata.log.max.record.bytes.between.snapshots",
+                get("metadata.log.max.record.bytes.between.snapshots").unwrap_or("20971520"),
+                1,
+                u64::MAX / 2,
+            )?,
             producer_id_expiration_check_interval: positive_ms(
                 "producer.id.expiration.check.interval.ms",
                 "600000",
@@ -596,6 +606,10 @@ impl BrokerConfig {
             (
                 "broker.session.timeout.ms".into(),
                 self.session_timeout.as_millis().to_string(),
+            ),
+            (
+                "metadata.log.max.record.bytes.between.snapshots".into(),
+                self.metadata_snapshot_bytes.to_string(),
             ),
             (
                 "producer.id.expiration.check.interval.ms".into(),

@@ -88,6 +88,9 @@ impl Cluster {
             // A dead broker is fenced within seconds, not Kafka's default 9.
             "broker.heartbeat.interval.ms=200".into(),
             "broker.session.timeout.ms=1500".into(),
+            // Snapshots of the metadata log every few records, so that a node that was down
+            // catches up from one.
+            "metadata.log.max.record.bytes.between.snapshots=2048".into(),
         ]
     }
 
@@ -305,6 +308,11 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
         }),
         0
     );
+    // The survivors replaced their logs by snapshots meanwhile.
+    for &id in cluster.nodes.keys() {
+        let snapshot = cluster.dirs[&id].join("data/__cluster_metadata/raft/snapshot");
+        wait_for(|| snapshot.exists().then_some(()));
+    }
     // Back from its files, the old controller catches up with what it missed.
     let node = cluster.launch(controller);
     cluster.nodes.insert(controller, node);

@@ -360,10 +360,20 @@ impl Controller {
         };
         loop {
             glommio::timer::sleep(FOLLOW_INTERVAL).await;
-            if let Some(status) = quorum.status_async().await {
-                controller.refresh_role(&status);
+            let status = quorum.status_async().await;
+            if let Some(status) = &status {
+                controller.refresh_role(status);
             }
-            if controller.apply_committed() {
+            let applied = controller.apply_committed();
+            if status.is_some_and(|s| s.log_bytes >= controller.snapshot_bytes) {
+                // The committed image is exactly what the entries taken so far build (no
+                // `.await` since they were applied).
+                let image = controller.committed.borrow().clone();
+                if let Err(error) = controller.store.borrow_mut().snapshot(&image) {
+                    tracing::warn!(%error, "snapshotting the metadata log");
+                }
+            }
+            if applied {
                 if let Err(refusal) = Controller::publish(&shard, None).await {
                     tracing::warn!(message = refusal.message, "publishing a committed image");
                 }

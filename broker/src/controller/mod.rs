@@ -108,6 +108,8 @@ pub struct Controller {
     active_since: Cell<Instant>,
     /// `broker.session.timeout.ms`.
     session_timeout: Duration,
+    /// `metadata.log.max.record.bytes.between.snapshots`.
+    snapshot_bytes: u64,
 }
 
 impl Controller {
@@ -126,6 +128,7 @@ impl Controller {
             heartbeats: RefCell::new(HashMap::new()),
             active_since: Cell::new(Instant::now()),
             session_timeout: Duration::from_secs(9),
+            snapshot_bytes: u64::MAX,
         })
     }
 
@@ -141,6 +144,7 @@ impl Controller {
         self.quorum = quorum;
         self.active_controller = config.active_controller.clone();
         self.session_timeout = config.session_timeout;
+        self.snapshot_bytes = config.metadata_snapshot_bytes;
         if let Some(status) = self.quorum.as_ref().and_then(|q| q.status()) {
             self.refresh_role(&status);
         }

@@ -52,6 +52,8 @@ pub struct QuorumStatus {
     pub voters: Vec<(u64, Option<u64>)>,
     /// The last index handed out as committed.
     pub applied_index: u64,
+    /// Bytes of this voter's log since its last snapshot.
+    pub log_bytes: u64,
     /// This voter leads and has handed out everything committed before its term: it may
     /// act as the active controller.
     pub active: bool,
@@ -374,7 +376,10 @@ fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tic
                 let _ = reply.send(proposed);
             }
             Some(Input::Compact { index, data }) => {
-                if let Err(error) = node.compact(index, data) {
+                // Only what this voter handed out can be in the state it is given.
+                if index > node.applied_index() {
+                    tracing::warn!(index, "a snapshot past what was applied is refused");
+                } else if let Err(error) = node.compact(index, data) {
                     tracing::warn!(%error, "compacting the metadata log");
                 }
             }
@@ -419,6 +424,7 @@ fn status(node: &QuorumNode, failed: Option<String>) -> QuorumStatus {
         last_index: node.last_index(),
         voters,
         applied_index: node.applied_index(),
+        log_bytes: node.log_bytes(),
         active: node.is_active_leader(),
         failed,
     }
