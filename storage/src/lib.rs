@@ -43,7 +43,8 @@
 //! stored twice; the state is rebuilt on open from the newest snapshot and the batches after it.
 //!
 //! Followers: `Log::append_replicated` stores a leader's batches as they are (offsets and epochs
-//! kept, contiguity and CRCs checked); `Log::truncate_to` cuts the log durably at a batch
+//! kept, increasing offsets (gaps of a compacted leader kept) and CRCs checked);
+//! `Log::truncate_to` cuts the log durably at a batch
 //! boundary; `Log::end_offset_for_epoch` answers OffsetsForLeaderEpoch from the leader-epoch
 //! cache.
 //!
