@@ -404,6 +404,8 @@ impl Log {
                     });
                 }
                 position += total_bytes as u64;
+                // Decompressing and hashing are the cleaner's CPU: let others run between.
+                glommio::yield_if_needed().await;
             }
             covered = candidate.end_offset;
         }
@@ -443,6 +445,7 @@ impl Log {
             let total_bytes = header.total_bytes();
             let batch = reader.bytes(inner, base, position, total_bytes).await?;
             position += total_bytes as u64;
+            glommio::yield_if_needed().await;
             let filtered = filter_batch(&batch, &header, |record| {
                 let Some(key) = record.key else {
                     return true;
