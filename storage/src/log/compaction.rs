@@ -507,6 +507,7 @@ impl Log {
         if !pending.is_empty() {
             output.write_buffered(pending, pending_position).await?;
         }
+        keep_modified_time(&segment_path(dir, base, LOG_SUFFIX), &cleaned_log)?;
         output.fdatasync().await?;
         segment.written_bytes = segment.size_bytes;
         segment.next_offset = candidate.end_offset;
@@ -599,6 +600,20 @@ impl Log {
         inner.cache.remove_segment(inner.log_id, base);
         Ok(true)
     }
+}
+
+/// Gives the cleaned file the old one's modification time, as Kafka does: retention ages a
+/// segment without timestamps (an emptied one, say) by it, and cleaning must not make
+/// it young again.
+fn keep_modified_time(old: &Path, cleaned: &Path) -> Result<(), StorageError> {
+    let modified = std::fs::metadata(old)
+        .and_then(|metadata| metadata.modified())
+        .map_err(|e| StorageError::io("stat", old, e))?;
+    std::fs::File::options()
+        .write(true)
+        .open(cleaned)
+        .and_then(|file| file.set_modified(modified))
+        .map_err(|e| StorageError::io("set modified time", cleaned, e))
 }
 
 /// What every segment of a round is cleaned against.

@@ -123,7 +123,21 @@ fn cleaning_keeps_the_latest_value_of_each_key_at_its_offset() {
             let now = Cell::new(T0);
             append_rolled(&log, &users(), &now).await;
             let size_before = log.size_bytes();
+            let first = dir.path().join("00000000000000000000.log");
+            let modified = || {
+                std::fs::metadata(&first)
+                    .and_then(|m| m.modified())
+                    .expect("mtime")
+            };
+            let modified_before = modified();
+            std::thread::sleep(std::time::Duration::from_millis(20));
             let stats = clean(&log, now.get()).await;
+            assert_eq!(
+                std::fs::metadata(&first).expect("stat").len(),
+                0,
+                "{mode:?}: emptied"
+            );
+            assert_eq!(modified(), modified_before, "{mode:?}: as old as before");
             assert_eq!(stats.records_removed, 3, "{mode:?}: A, Y and B");
             assert_eq!(stats.batches_removed, 2);
             assert_eq!(stats.first_dirty_offset, 6, "up to the active segment");
