@@ -7,14 +7,24 @@
 //! filler record seals the last of them. Within a bounded wait, a read from offset 0 must
 //! find C, X and Z (and the filler) at the offsets they were produced at, and only them;
 //! after a `kill -9` and a restart, the same. A `compact,delete` topic is cleaned too, and a
-//! `delete` topic is not.
+//! `delete` topic is not. `__consumer_offsets` is compacted as well: six commits of one
+//! group's offset, each rolled into a segment of its own, leave two records, and the
+//! committed offset replays from them after a restart.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use common::{create_topic, fetch_at, produce, Client, Node};
+use common::{create_topic, fetch_at, produce, topic_name, Client, Node};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::{
+    GroupId, OffsetCommitRequest, OffsetFetchRequest, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -49,8 +59,7 @@ fn keyed(key: &str, value: &str) -> Bytes {
 
 /// Every record of partition 0 of `topic` below its high watermark, as (offset, key, value),
 /// following the gaps compaction leaves.
-fn read_records(client: &mut Client, topic: &str) -> Vec<(i64, String, String)> {
-    let text = |bytes: Option<Bytes>| String::from_utf8(bytes.unwrap_or_default().to_vec());
+fn read_raw(client: &mut Client, topic: &str) -> Vec<(i64, Bytes, Bytes)> {
     let mut out = Vec::new();
     let mut offset = 0i64;
     for _ in 0..1_000 {
@@ -62,12 +71,24 @@ fn read_records(client: &mut Client, topic: &str) -> Vec<(i64, String, String)> 
             let from = offset;
             for record in set.records.into_iter().filter(|r| r.offset >= from) {
                 offset = record.offset + 1;
-                let (key, value) = (text(record.key), text(record.value));
-                out.push((record.offset, key.expect("utf-8"), value.expect("utf-8")));
+                let (key, value) = (
+                    record.key.unwrap_or_default(),
+                    record.value.unwrap_or_default(),
+                );
+                out.push((record.offset, key, value));
             }
         }
     }
     panic!("reading {topic} did not end");
+}
+
+/// As [`read_raw`], with keys and values as text.
+fn read_records(client: &mut Client, topic: &str) -> Vec<(i64, String, String)> {
+    let text = |bytes: Bytes| String::from_utf8(bytes.to_vec()).expect("utf-8");
+    read_raw(client, topic)
+        .into_iter()
+        .map(|(offset, key, value)| (offset, text(key), text(value)))
+        .collect()
 }
 
 fn record(offset: i64, key: &str, value: &str) -> (i64, String, String) {
@@ -153,5 +174,72 @@ fn a_compacted_topic_keeps_the_latest_value_of_each_key() {
     assert_eq!(
         produce(&mut client, "users", 0, keyed("user2", "Y"), 1),
         (0, 6)
+    );
+}
+
+/// A standalone consumer's commit (generation -1) of `offset` for partition 0 of `topic`.
+fn commit(client: &mut Client, group: &str, topic: &str, offset: i64) {
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    let ResponseKind::OffsetCommit(answer) = client.call(8, RequestKind::OffsetCommit(request))
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        answer.topics[0].partitions[0].error_code, 0,
+        "commit {offset}"
+    );
+}
+
+fn committed(client: &mut Client, group: &str, topic: &str) -> i64 {
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(topic_name(topic))
+            .with_partition_indexes(vec![0])]));
+    let ResponseKind::OffsetFetch(answer) = client.call(7, RequestKind::OffsetFetch(request))
+    else {
+        unreachable!()
+    };
+    answer.topics[0].partitions[0].committed_offset
+}
+
+#[test]
+fn consumer_offsets_are_cleaned_too() {
+    // Segments of every topic roll after 50 ms; one offsets partition.
+    let settings = [
+        SETTINGS[0],
+        "log.roll.ms=50",
+        "offsets.topic.num.partitions=1",
+    ];
+    let node = Node::start(&settings);
+    let mut client = node.connect();
+    create_topic(&mut client, "events", 1, &[]);
+    // Each commit lands in a segment of its own: the next one rolls it.
+    for offset in 0..6 {
+        commit(&mut client, "standalone", "events", offset);
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kept = loop {
+        let kept = read_raw(&mut client, "__consumer_offsets").len();
+        if kept <= 2 || Instant::now() > deadline {
+            break kept;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(kept, 2, "the latest sealed commit and the active one");
+    let node = node.kill().restart(&settings);
+    let mut client = node.connect();
+    assert_eq!(
+        committed(&mut client, "standalone", "events"),
+        5,
+        "replayed after cleaning"
     );
 }
