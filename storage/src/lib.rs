@@ -22,8 +22,10 @@
 //! cleaner-offset-checkpoint       Kafka's text checkpoint: `first_dirty_offset tombstones_due_ms`
 //! 00000000000000000000.log.cleaned  a cleaned segment being written (and `.index.cleaned`,
 //!                                 `.timeindex.cleaned`): removed by `Log::open`
-//! 00000000000000000000.log.swap   a cleaned segment committed to replace the old one (and
+//! 00000000000000000000.log.swap   a cleaned segment committed to replace the old one(s) (and
 //!                                 index `.swap` files): renamed into place by `Log::open`
+//! 00000000000000000003.log.deleted  a segment merged into a cleaned one: removed when the
+//!                                 swap is done, or by `Log::open`
 //! ```
 //! and one per log directory: `replication-offset-checkpoint` (`OffsetCheckpoint`, Kafka's text
 //! checkpoint of `topic partition offset` lines: the high watermarks).

@@ -8,27 +8,35 @@
 //! A round (`Log::clean`) reads the dirty part of the cleanable (sealed, old enough, below
 //! `CleanPolicy::end_offset_max`) segments into an offset map, key → latest offset, until the
 //! map is full; it then rewrites every cleanable segment that starts below the offset the map
-//! reached, and records that offset as the new first dirty offset in the log's
+//! reached, adjacent ones merged into one as long as they fit `segment_bytes_max` together
+//! (`merge_groups`), and records that offset as the new first dirty offset in the log's
 //! `cleaner-offset-checkpoint`. A second round on an unchanged log reads nothing.
 //!
-//! Replacing a segment's files, so that a crash at any point leaves either the old segment
-//! or the new one, whole:
+//! Replacing a group of segments, the first at `<base>`, so that a crash at any point leaves
+//! either the old segments or the new one, whole:
 //! ```text
 //!  <base>.log.cleaned  <base>.index.cleaned  <base>.timeindex.cleaned   written, fdatasynced
 //!  → <base>.index.swap, <base>.timeindex.swap, then <base>.log.swap      (the commit point)
-//!  → renamed over <base>.index, <base>.timeindex, then <base>.log; the directory fsynced
+//!  → the group's later segments' files renamed to `<later>.log.deleted` (and indexes)
+//!  → the .swap files renamed over <base>.index, <base>.timeindex, then <base>.log;
+//!    the directory fsynced; the .deleted files unlinked on the blocking thread
 //! ```
-//! On open (`complete_swaps`), `.cleaned` files are deleted, a `.log.swap` is completed
-//! (its index `.swap` files, if any are left, renamed into place first) and an index `.swap`
-//! without its `.log.swap` is deleted.
+//! Renames in one directory reach the disk in the order they were made (the file system's
+//! journal), so no `.deleted` file exists on disk without the commit before it.
+//! On open (`complete_swaps`), `.cleaned` and `.deleted` files are deleted; for a `.log.swap`,
+//! the segments that start inside the offsets it holds (the group merged into it) are
+//! removed, then its index `.swap` files, if any are left, and itself are renamed into place;
+//! an index `.swap` without its `.log.swap` is deleted. A later segment of a group that lost
+//! every record starts past what the swap holds and may survive such a crash: it holds only
+//! records a later one replaced, so the log reads the same.
 //!
 //! Invariants: the active segment, a segment the write queue still holds an op of, and any
 //! segment that ends past `end_offset_max` or holds a record younger than
 //! `min_compaction_lag_ms` are never cleaned; offsets never change (a cleaned segment has
 //! gaps; a read at an offset in a gap answers the next batch after it); one round at a time
-//! per log; the in-memory segment is replaced in the same synchronous step as the renames, only
-//! if it is still the one that was read (same file, same size, no truncation since), with
-//! the batch cache's entries of the segment dropped in that step; readers that planned on the
+//! per log; the in-memory segments are replaced in the same synchronous step as the renames,
+//! only if they are still the ones that were read (same files, same sizes, no truncation
+//! since), with the batch cache's entries of those segments dropped in that step; readers that planned on the
 //! old file keep it open (`Rc`) and re-read when they see the rewrite count change; the first
 //! dirty offset only moves once every segment below it was rewritten.
 
@@ -53,6 +61,8 @@ pub(super) const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 pub(crate) const CLEANED_SUFFIX: &str = "cleaned";
 /// A cleaned segment's file, complete, about to replace the old one.
 pub(crate) const SWAP_SUFFIX: &str = "swap";
+/// A file of a segment merged into the one before it, about to be unlinked.
+pub(crate) const DELETED_SUFFIX: &str = "deleted";
 /// Reads of a segment being cleaned, and writes of its cleaned copy, in pieces of this size.
 const CLEAN_IO_BYTES: usize = 1 << 20;
 
@@ -160,6 +170,8 @@ pub(crate) enum CleanStep {
     Cleaned,
     /// The `.cleaned` files are renamed to `.swap`.
     Swap,
+    /// The merged segments' files are renamed to `.deleted`.
+    Deleted,
 }
 
 #[cfg(test)]
@@ -315,14 +327,16 @@ impl Log {
         };
         stats.keys = map.len();
         let mut tombstones_due_ms = i64::MAX;
-        for candidate in candidates.iter().filter(|c| c.base_offset < map_end) {
+        let cleaned = candidates.partition_point(|c| c.base_offset < map_end);
+        let segment_bytes_max = inner.config.get().segment_bytes_max;
+        for group in merge_groups(&candidates[..cleaned], segment_bytes_max) {
             let round = Round {
                 policy: &policy,
                 now_ms,
                 map: &map,
                 truncations,
             };
-            match self.clean_segment(candidate, &round, &mut stats).await {
+            match self.clean_group(group, &round, &mut stats).await {
                 Ok(Some(due_ms)) => tombstones_due_ms = tombstones_due_ms.min(due_ms),
                 Ok(None) => {}
                 Err(error) => return self.round_ended(error, stats, &candidates),
@@ -412,23 +426,19 @@ impl Log {
         Ok(covered)
     }
 
-    /// Rewrites one segment without the records the round removes, and swaps it in if any
-    /// record went. Returns when the tombstones it kept are due, if it kept any. Sets
-    /// `stats.first_dirty_offset` to -1 when the segment changed under the round.
-    async fn clean_segment(
+    /// Rewrites a group of adjacent segments as one, without the records the round removes,
+    /// and swaps it in if any record went or the group merged segments. Returns when the
+    /// tombstones it kept are due, if it kept any. Sets `stats.first_dirty_offset` to -1 when
+    /// a segment changed under the round.
+    async fn clean_group(
         &self,
-        candidate: &Candidate,
+        group: &[Candidate],
         round: &Round<'_>,
         stats: &mut CleanStats,
     ) -> Result<Option<i64>, StorageError> {
         let inner = &*self.inner;
-        let base = candidate.base_offset;
+        let base = group[0].base_offset;
         let dir = &inner.dir;
-        let deletes_due_ms = candidate
-            .largest_timestamp_ms
-            .saturating_add(round.policy.delete_retention_ms);
-        let retain_deletes = round.now_ms < deletes_due_ms;
-        let mut tombstone_kept = false;
         let cleaned_log = cleaner_path(dir, base, LOG_SUFFIX, CLEANED_SUFFIX);
         remove_file_if_present(&cleaned_log)?;
         let output = SegmentFile::open(&cleaned_log, IoMode::Buffered).await?;
@@ -436,69 +446,82 @@ impl Log {
         let mut segment = Segment::new(base, None);
         let mut pending: Vec<u8> = Vec::with_capacity(CLEAN_IO_BYTES);
         let mut pending_position = 0u64;
-        let mut changed = false;
-        let mut reader = SegmentReader::new(CLEAN_IO_BYTES);
-        let mut position = 0u64;
+        let mut changed = group.len() > 1;
         let mut records_removed = 0u64;
         let mut batches_removed = 0u64;
-        while let Some(header) = reader.header_at(inner, base, position).await? {
-            let total_bytes = header.total_bytes();
-            let batch = reader.bytes(inner, base, position, total_bytes).await?;
-            position += total_bytes as u64;
-            glommio::yield_if_needed().await;
-            let filtered = filter_batch(&batch, &header, |record| {
-                let Some(key) = record.key else {
-                    return true;
+        let mut due_ms: Option<i64> = None;
+        for member in group {
+            let deletes_due_ms = member
+                .largest_timestamp_ms
+                .saturating_add(round.policy.delete_retention_ms);
+            let retain_deletes = round.now_ms < deletes_due_ms;
+            let mut tombstone_kept = false;
+            let mut reader = SegmentReader::new(CLEAN_IO_BYTES);
+            let mut position = 0u64;
+            let member_base = member.base_offset;
+            while let Some(header) = reader.header_at(inner, member_base, position).await? {
+                let total_bytes = header.total_bytes();
+                let batch = reader
+                    .bytes(inner, member_base, position, total_bytes)
+                    .await?;
+                position += total_bytes as u64;
+                glommio::yield_if_needed().await;
+                let filtered = filter_batch(&batch, &header, |record| {
+                    let Some(key) = record.key else {
+                        return true;
+                    };
+                    if round
+                        .map
+                        .get(key)
+                        .is_some_and(|latest| record.offset < latest)
+                    {
+                        return false;
+                    }
+                    if record.is_tombstone {
+                        tombstone_kept |= retain_deletes;
+                        return retain_deletes;
+                    }
+                    true
+                });
+                let kept: Cow<[u8]> = match filtered {
+                    Filtered::Unchanged => Cow::Borrowed(&batch),
+                    Filtered::Rewritten {
+                        bytes,
+                        records_removed: removed,
+                    } => {
+                        records_removed += u64::from(removed);
+                        Cow::Owned(bytes)
+                    }
+                    Filtered::Removed {
+                        records_removed: removed,
+                    } => {
+                        records_removed += u64::from(removed);
+                        batches_removed += 1;
+                        changed = true;
+                        continue;
+                    }
                 };
-                if round
-                    .map
-                    .get(key)
-                    .is_some_and(|latest| record.offset < latest)
-                {
-                    return false;
+                changed |= matches!(kept, Cow::Owned(_));
+                let kept_header = BatchHeader::parse(&kept).map_err(|e| {
+                    StorageError::corrupt(&cleaned_log, format!("rewritten batch: {e}"))
+                })?;
+                segment.on_batch(
+                    &kept_header,
+                    pending_position + pending.len() as u64,
+                    index_interval_bytes,
+                );
+                pending.extend_from_slice(&kept);
+                if pending.len() >= CLEAN_IO_BYTES {
+                    let bytes = std::mem::take(&mut pending);
+                    let len = bytes.len() as u64;
+                    output.write_buffered(bytes, pending_position).await?;
+                    pending_position += len;
                 }
-                if record.is_tombstone {
-                    tombstone_kept |= retain_deletes;
-                    return retain_deletes;
-                }
-                true
-            });
-            let kept: Cow<[u8]> = match filtered {
-                Filtered::Unchanged => Cow::Borrowed(&batch),
-                Filtered::Rewritten {
-                    bytes,
-                    records_removed: removed,
-                } => {
-                    records_removed += u64::from(removed);
-                    Cow::Owned(bytes)
-                }
-                Filtered::Removed {
-                    records_removed: removed,
-                } => {
-                    records_removed += u64::from(removed);
-                    batches_removed += 1;
-                    changed = true;
-                    continue;
-                }
-            };
-            changed |= matches!(kept, Cow::Owned(_));
-            let kept_header = BatchHeader::parse(&kept).map_err(|e| {
-                StorageError::corrupt(&cleaned_log, format!("rewritten batch: {e}"))
-            })?;
-            segment.on_batch(
-                &kept_header,
-                pending_position + pending.len() as u64,
-                index_interval_bytes,
-            );
-            pending.extend_from_slice(&kept);
-            if pending.len() >= CLEAN_IO_BYTES {
-                let bytes = std::mem::take(&mut pending);
-                let len = bytes.len() as u64;
-                output.write_buffered(bytes, pending_position).await?;
-                pending_position += len;
+            }
+            if tombstone_kept {
+                due_ms = Some(due_ms.map_or(deletes_due_ms, |due| due.min(deletes_due_ms)));
             }
         }
-        let due_ms = tombstone_kept.then_some(deletes_due_ms);
         if !changed {
             drop(output);
             remove_file_if_present(&cleaned_log)?;
@@ -509,8 +532,9 @@ impl Log {
         }
         keep_modified_time(&segment_path(dir, base, LOG_SUFFIX), &cleaned_log)?;
         output.fdatasync().await?;
+        let last = group.last().expect("a group has a segment");
         segment.written_bytes = segment.size_bytes;
-        segment.next_offset = candidate.end_offset;
+        segment.next_offset = last.end_offset;
         segment.complete_time_index();
         let index_path = cleaner_path(dir, base, INDEX_SUFFIX, CLEANED_SUFFIX);
         write_small_file(&index_path, segment.index.encode()).await?;
@@ -527,53 +551,69 @@ impl Log {
         };
         segment.file = Some(file);
         let size_after = segment.size_bytes;
-        if !self.swap_in(candidate, segment, round.truncations)? {
+        let Some(deleted) = self.swap_in(group, segment, round.truncations)? else {
             for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
                 remove_file_if_present(&cleaner_path(dir, base, suffix, CLEANED_SUFFIX))?;
             }
             stats.first_dirty_offset = -1;
             return Ok(None);
-        }
+        };
         sync_dir(dir).await?;
-        stats.segments_rewritten += 1;
-        stats.bytes_before += candidate.size_bytes;
+        if !deleted.is_empty() {
+            // Freeing a large file's extents would stall the shard, as in retention.
+            glommio::executor()
+                .spawn_blocking(move || {
+                    for path in deleted {
+                        remove_file_if_present(&path)?;
+                    }
+                    Ok::<_, StorageError>(())
+                })
+                .await?;
+        }
+        stats.segments_rewritten += group.len();
+        stats.bytes_before += group.iter().map(|c| c.size_bytes).sum::<u64>();
         stats.bytes_after += size_after;
         stats.records_removed += records_removed;
         stats.batches_removed += batches_removed;
         Ok(due_ms)
     }
 
-    /// Replaces the segment `candidate` was read from by `segment`, on disk (renames) and in
-    /// memory, in one step without an `.await`; `false` if the segment is not the one read
-    /// any more (retention, a truncation or a close came in between).
+    /// Replaces the segments `group` was read from by `segment`, on disk (renames) and in
+    /// memory, in one step without an `.await`: the `.swap` commit, the later segments'
+    /// files renamed to `.deleted` (returned, for the caller to unlink), the `.swap` files
+    /// renamed into place. `None` if a segment is not the one read any more (retention, a
+    /// truncation or a close came in between).
     fn swap_in(
         &self,
-        candidate: &Candidate,
+        group: &[Candidate],
         segment: Segment,
         truncations: u64,
-    ) -> Result<bool, StorageError> {
+    ) -> Result<Option<Vec<PathBuf>>, StorageError> {
         let inner = &*self.inner;
         let mut state = inner.state.borrow_mut();
         let state = &mut *state;
-        let base = candidate.base_offset;
+        let base = group[0].base_offset;
         let slot = state.segment_slot(base).filter(|&slot| {
-            let current = &state.segments[slot];
-            slot + 1 < state.segments.len()
-                && current.size_bytes == candidate.size_bytes
-                && current
-                    .file
-                    .as_ref()
-                    .is_some_and(|f| Rc::ptr_eq(f, &candidate.file))
+            slot + group.len() < state.segments.len()
+                && group.iter().enumerate().all(|(i, candidate)| {
+                    let current = &state.segments[slot + i];
+                    current.base_offset == candidate.base_offset
+                        && current.size_bytes == candidate.size_bytes
+                        && current
+                            .file
+                            .as_ref()
+                            .is_some_and(|f| Rc::ptr_eq(f, &candidate.file))
+                })
         });
         let Some(slot) = slot else {
-            return Ok(false);
+            return Ok(None);
         };
         if state.truncating
             || state.closed
             || state.failed.is_some()
             || state.truncations != truncations
         {
-            return Ok(false);
+            return Ok(None);
         }
         let dir = &inner.dir;
         let rename = |from: PathBuf, to: PathBuf| {
@@ -588,17 +628,36 @@ impl Log {
         }
         #[cfg(test)]
         stop_at(CleanStep::Swap)?;
+        let mut deleted = Vec::new();
+        for member in &group[1..] {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let from = segment_path(dir, member.base_offset, suffix);
+                let to = cleaner_path(dir, member.base_offset, suffix, DELETED_SUFFIX);
+                match std::fs::rename(&from, &to) {
+                    Ok(()) => deleted.push(to),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StorageError::io("rename", &from, e)),
+                }
+            }
+        }
+        #[cfg(test)]
+        stop_at(CleanStep::Deleted)?;
         for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
             rename(
                 cleaner_path(dir, base, suffix, SWAP_SUFFIX),
                 segment_path(dir, base, suffix),
             )?;
         }
-        // Readers holding the old file keep it open until they are done with it.
-        let _old = std::mem::replace(&mut state.segments[slot], segment);
+        // Readers holding the old files keep them open until they are done with them.
+        let _old: Vec<Segment> = state
+            .segments
+            .splice(slot..slot + group.len(), std::iter::once(segment))
+            .collect();
         state.cleaner.rewrites += 1;
-        inner.cache.remove_segment(inner.log_id, base);
-        Ok(true)
+        for member in group {
+            inner.cache.remove_segment(inner.log_id, member.base_offset);
+        }
+        Ok(Some(deleted))
     }
 }
 
@@ -614,6 +673,29 @@ fn keep_modified_time(old: &Path, cleaned: &Path) -> Result<(), StorageError> {
         .open(cleaned)
         .and_then(|file| file.set_modified(modified))
         .map_err(|e| StorageError::io("set modified time", cleaned, e))
+}
+
+/// Runs of adjacent candidates to rewrite as one segment each, as Kafka groups them: as many
+/// as fit `segment_bytes_max` together (as they are now: a round shrinks them, and the next
+/// round merges more) with offsets the indexes can hold relative to the first.
+fn merge_groups(candidates: &[Candidate], segment_bytes_max: u64) -> Vec<&[Candidate]> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < candidates.len() {
+        let mut end = start + 1;
+        let mut bytes = candidates[start].size_bytes;
+        while let Some(next) = candidates.get(end) {
+            let span = next.end_offset - candidates[start].base_offset;
+            if bytes + next.size_bytes > segment_bytes_max || span > i64::from(u32::MAX) {
+                break;
+            }
+            bytes += next.size_bytes;
+            end += 1;
+        }
+        groups.push(&candidates[start..end]);
+        start = end;
+    }
+    groups
 }
 
 /// What every segment of a round is cleaned against.
@@ -648,15 +730,20 @@ pub(super) async fn load_cleaner_state(dir: &Path) -> Result<CleanerState, Stora
 
 /// Finishes or undoes what a crash left of a round in `dir` (see the module comment).
 /// Returns whether anything changed.
-pub(super) fn complete_swaps(dir: &Path) -> Result<bool, StorageError> {
+pub(super) async fn complete_swaps(dir: &Path) -> Result<bool, StorageError> {
     let mut log_swaps = Vec::new();
     let mut index_swaps = Vec::new();
+    let mut log_bases = Vec::new();
     let mut changed = false;
     let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("read dir", dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| StorageError::io("read dir", dir, e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
+        if let Some((base, LOG_SUFFIX)) = crate::segment::parse_segment_file_name(name) {
+            log_bases.push(base);
+            continue;
+        }
         let Some((file, stage)) = name.rsplit_once('.') else {
             continue;
         };
@@ -664,17 +751,34 @@ pub(super) fn complete_swaps(dir: &Path) -> Result<bool, StorageError> {
             continue;
         };
         match (stage, suffix) {
-            (CLEANED_SUFFIX, _) => {
-                tracing::info!(
-                    file = name,
-                    "removing a cleaned segment file left by a crash"
-                );
+            (CLEANED_SUFFIX | DELETED_SUFFIX, _) => {
+                tracing::info!(file = name, "removing a file a crash left mid-clean");
                 remove_file_if_present(&entry.path())?;
                 changed = true;
             }
             (SWAP_SUFFIX, LOG_SUFFIX) => log_swaps.push(base),
             (SWAP_SUFFIX, INDEX_SUFFIX | TIME_INDEX_SUFFIX) => index_swaps.push((base, suffix)),
             _ => {}
+        }
+    }
+    for &base in &log_swaps {
+        // The segments merged into the swap: those that start inside what it holds. A later
+        // one of the group that lost every record holds only replaced records: it may stay.
+        let swap = cleaner_path(dir, base, LOG_SUFFIX, SWAP_SUFFIX);
+        let file = SegmentFile::open(&swap, IoMode::Buffered).await?;
+        let mut scanned = Segment::new(base, None);
+        let file_bytes = file.size_bytes().await?;
+        crate::recovery::scan_segment(&file, file_bytes, &mut scanned, u32::MAX).await?;
+        drop(file);
+        for &merged in log_bases
+            .iter()
+            .filter(|&&b| b > base && b < scanned.next_offset)
+        {
+            tracing::info!(
+                base_offset = merged,
+                "removing a segment merged by the cleaner"
+            );
+            super::open::remove_segment_files(dir, merged)?;
         }
     }
     for (base, suffix) in index_swaps {

@@ -48,7 +48,7 @@ impl Log {
             std::path::absolute(&dir).map_err(|e| StorageError::io("resolve dir", &dir, e))?;
         // Blocking directory calls, once per open: glommio has no async mkdir/readdir.
         std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
-        if compaction::complete_swaps(&dir)? {
+        if compaction::complete_swaps(&dir).await? {
             sync_dir(&dir).await?;
         }
         let (bases, spares, snapshots) = list_segment_bases(&dir)?;

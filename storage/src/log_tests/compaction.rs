@@ -132,10 +132,12 @@ fn cleaning_keeps_the_latest_value_of_each_key_at_its_offset() {
             let modified_before = modified();
             std::thread::sleep(std::time::Duration::from_millis(20));
             let stats = clean(&log, now.get()).await;
+            assert_eq!(stats.segments_rewritten, 4, "{mode:?}");
+            let logs = files_ending(dir.path(), ".log");
             assert_eq!(
-                std::fs::metadata(&first).expect("stat").len(),
-                0,
-                "{mode:?}: emptied"
+                logs.len(),
+                2,
+                "{mode:?}: the sealed segments merged into one"
             );
             assert_eq!(modified(), modified_before, "{mode:?}: as old as before");
             assert_eq!(stats.records_removed, 3, "{mode:?}: A, Y and B");
@@ -392,12 +394,17 @@ fn a_crash_with_a_swap_file_left_completes_the_swap() {
             drop(log);
             let log = open(dir, rolling(mode)).await;
             assert!(files_ending(dir, ".swap").is_empty(), "{mode:?}");
-            // The first segment is the cleaned one (empty); the rest wait for a round.
-            let all = records(&log).await;
-            assert_eq!(all.len(), 4, "{mode:?}: A and Y went with the swap");
-            assert_eq!(all[0], record(2, "user1", Some("B")));
+            // The swap held the four sealed segments merged: those it covers are gone.
+            assert_eq!(records(&log).await, latest_users(), "{mode:?}");
+            assert_eq!(files_ending(dir, ".log").len(), 2, "{mode:?}");
             assert_eq!(log.log_end_offset(), 7);
-            clean(&log, now.get()).await;
+            assert_eq!(
+                log.first_dirty_offset(),
+                0,
+                "the checkpoint was not written"
+            );
+            let again = clean(&log, now.get()).await;
+            assert_eq!((again.records_removed, again.first_dirty_offset), (0, 6));
             assert_eq!(records(&log).await, latest_users(), "{mode:?}");
             // A crash with only the index swaps written keeps the old segment.
             drop(log);
@@ -406,6 +413,70 @@ fn a_crash_with_a_swap_file_left_completes_the_swap() {
             let log = open(dir, rolling(mode)).await;
             assert!(!stale.exists());
             assert_eq!(records(&log).await, latest_users(), "{mode:?}");
+        });
+    }
+}
+
+#[test]
+fn a_crash_after_merged_segments_were_set_aside_completes_the_swap() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let dir = dir.path();
+            let (log, _) = stopped_clean(dir, mode, CleanStep::Deleted).await;
+            assert_eq!(
+                files_ending(dir, ".deleted").len(),
+                9,
+                "{mode:?}: three segments"
+            );
+            drop(log);
+            let log = open(dir, rolling(mode)).await;
+            assert!(files_ending(dir, ".deleted").is_empty(), "{mode:?}");
+            assert!(files_ending(dir, ".swap").is_empty(), "{mode:?}");
+            assert_eq!(records(&log).await, latest_users(), "{mode:?}");
+            assert_eq!(log.log_end_offset(), 7);
+        });
+    }
+}
+
+#[test]
+fn merged_segments_stay_within_segment_bytes() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let segment_bytes_max = 200;
+            let config = LogConfig {
+                segment_bytes_max,
+                ..rolling(mode)
+            };
+            let log = open(dir.path(), config).await;
+            let now = Cell::new(T0);
+            let mut batches = Vec::new();
+            for i in 0..12 {
+                let value = format!("{i}");
+                batches.push(keyed(&[(["a", "b", "c"][i % 3], Some(&value))]));
+            }
+            append_rolled(&log, &batches, &now).await;
+            let before = files_ending(dir.path(), ".log").len();
+            clean(&log, now.get()).await;
+            let logs = files_ending(dir.path(), ".log");
+            assert!(logs.len() < before, "{mode:?}: {logs:?}");
+            // The active segment's file is allocated ahead: sealed ones only.
+            for name in &logs[..logs.len() - 1] {
+                let bytes = std::fs::metadata(dir.path().join(name))
+                    .expect("stat")
+                    .len();
+                assert!(bytes <= segment_bytes_max, "{mode:?}: {name} holds {bytes}");
+            }
+            let latest = vec![
+                record(9, "a", Some("9")),
+                record(10, "b", Some("10")),
+                record(11, "c", Some("11")),
+            ];
+            assert_eq!(records(&log).await, latest, "{mode:?}");
+            drop(log);
+            let log = open(dir.path(), config).await;
+            assert_eq!(records(&log).await, latest, "{mode:?} reopened");
         });
     }
 }
