@@ -96,7 +96,8 @@ pub async fn clean_once(shard: &Shard) -> CleanStats {
                 total.keys += stats.keys;
             }
             Err(error) => {
-                tracing::warn!(topic = name, partition = partition.index, %error, "cleaning failed");
+                let index = partition.index;
+                tracing::warn!(topic = name, partition = index, %error, "cleaning failed");
             }
         }
     }

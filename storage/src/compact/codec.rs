@@ -1,6 +1,5 @@
 //! The compression codecs of Kafka record batches, for the cleaner: gzip, snappy (raw, or in
-//! the xerial framing the Java client writes) and lz4 (the LZ4 frame format). zstd batches
-//! are not decoded: the cleaner keeps them whole.
+//! the xerial framing the Java client writes), lz4 (the LZ4 frame format) and zstd (frames).
 
 use std::io::{Read, Write};
 
@@ -11,6 +10,9 @@ pub(super) const DECOMPRESSED_BYTES_MAX: usize = 256 << 20;
 const GZIP: u8 = 1;
 const SNAPPY: u8 = 2;
 const LZ4: u8 = 3;
+const ZSTD: u8 = 4;
+/// zstd's default level, which Kafka's producers use too.
+const ZSTD_LEVEL: i32 = 3;
 
 /// The header of snappy-java's stream framing: magic, version 1, compatible version 1.
 const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
@@ -24,12 +26,18 @@ pub(crate) enum CodecError {
     Corrupt(String),
 }
 
-/// The decompressed records of a batch compressed with `codec` (1 gzip, 2 snappy, 3 lz4).
+/// The decompressed records of a batch compressed with `codec` (1 gzip, 2 snappy, 3 lz4,
+/// 4 zstd).
 pub(super) fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>, CodecError> {
     match codec {
         GZIP => read_bounded(flate2::read::MultiGzDecoder::new(data)),
         SNAPPY => decompress_snappy(data),
         LZ4 => read_bounded(lz4_flex::frame::FrameDecoder::new(data)),
+        ZSTD => {
+            let decoder = zstd::stream::read::Decoder::new(data)
+                .map_err(|e| CodecError::Corrupt(e.to_string()))?;
+            read_bounded(decoder)
+        }
         other => Err(CodecError::Unsupported(other)),
     }
 }
@@ -56,6 +64,7 @@ pub(super) fn compress(codec: u8, data: &[u8]) -> Result<Vec<u8>, CodecError> {
                 .finish()
                 .map_err(|e| CodecError::Corrupt(e.to_string()))
         }
+        ZSTD => zstd::bulk::compress(data, ZSTD_LEVEL).map_err(corrupt),
         other => Err(CodecError::Unsupported(other)),
     }
 }
@@ -137,12 +146,12 @@ mod tests {
         let data: Vec<u8> = (0..100_000u32)
             .flat_map(|i| (i % 251).to_be_bytes())
             .collect();
-        for codec in [GZIP, SNAPPY, LZ4] {
+        for codec in [GZIP, SNAPPY, LZ4, ZSTD] {
             let compressed = compress(codec, &data).expect("compress");
             assert!(compressed.len() < data.len(), "codec {codec}");
             assert_eq!(decompress(codec, &compressed).expect("decompress"), data);
         }
-        assert_eq!(decompress(4, b"x"), Err(CodecError::Unsupported(4)));
+        assert_eq!(decompress(5, b"x"), Err(CodecError::Unsupported(5)));
     }
 
     #[test]
@@ -156,7 +165,7 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for codec in [GZIP, SNAPPY, LZ4] {
+        for codec in [GZIP, SNAPPY, LZ4, ZSTD] {
             assert!(decompress(codec, b"\x82SNAPPY\x00garbage-garbage").is_err());
             assert!(decompress(codec, &[0xff; 40]).is_err());
         }

@@ -7,7 +7,7 @@
 //! offset delta, base timestamp, producer id, epoch and base sequence, partition leader
 //! epoch and attributes, and each surviving record's bytes unchanged (so its offset and
 //! timestamp deltas still hold), with a new record count and CRC-32C; a batch whose
-//! records cannot be decoded (a codec this crate lacks, or framing a producer got wrong) is
+//! records cannot be decoded (a corrupt compressed payload, or framing a producer got wrong) is
 //! kept whole and gives no key to the offset map.
 
 mod codec;

@@ -13,7 +13,7 @@ pub(crate) type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 pub(crate) struct KeyedBatch<'a> {
     pub records: Vec<KeyValue<'a>>,
     pub base_timestamp: i64,
-    /// 0 none, 1 gzip, 2 snappy, 3 lz4.
+    /// 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
     pub codec: u8,
     pub producer_id: i64,
     pub producer_epoch: i16,

@@ -36,9 +36,10 @@
 //! gaps; a read at an offset in a gap answers the next batch after it); one round at a time
 //! per log; the in-memory segments are replaced in the same synchronous step as the renames,
 //! only if they are still the ones that were read (same files, same sizes, no truncation
-//! since), with the batch cache's entries of those segments dropped in that step; readers that planned on the
-//! old file keep it open (`Rc`) and re-read when they see the rewrite count change; the first
-//! dirty offset only moves once every segment below it was rewritten.
+//! since), with the batch cache's entries of those segments dropped in that step; readers
+//! that planned on an old file keep it open (`Rc`) and re-read when they see the rewrite
+//! count change; the first dirty offset only moves once every segment below it was
+//! rewritten.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};

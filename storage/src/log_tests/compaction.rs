@@ -220,7 +220,7 @@ fn tombstones_go_only_after_delete_retention() {
 
 #[test]
 fn compressed_batches_are_cleaned_and_recompressed() {
-    for codec in [1u8, 2, 3] {
+    for codec in [1u8, 2, 3, 4] {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
             let log = open(dir.path(), rolling(IoMode::Buffered)).await;
