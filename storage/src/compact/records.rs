@@ -46,7 +46,7 @@ pub(crate) enum Filtered {
         bytes: Vec<u8>,
         records_removed: u32,
     },
-    /// No record survives and the batch carries no producer state: drop it.
+    /// No record survives and the batch carries no producer state anyone needs: drop it.
     Removed { records_removed: u32 },
 }
 
@@ -58,13 +58,13 @@ pub(crate) enum DecodeError {
 }
 
 /// Calls `each` with every record of `batch` (one whole, CRC-checked batch), in order.
-/// Control batches have no records for the cleaner.
+/// Control and transactional batches have no records for the cleaner (see `filter_batch`).
 pub(crate) fn for_each_record(
     batch: &[u8],
     header: &BatchHeader,
     mut each: impl FnMut(&RecordInfo),
 ) -> Result<(), DecodeError> {
-    if header.is_control() {
+    if header.is_control() || header.is_transactional() {
         return Ok(());
     }
     let data = records_data(batch, header)?;
@@ -74,15 +74,19 @@ pub(crate) fn for_each_record(
     Ok(())
 }
 
-/// Keeps the records of `batch` for which `retain` says so. Control batches (transaction
-/// markers) are kept whole: removing them belongs with transaction support, which must also
-/// drop aborted data and markers past `delete.retention.ms`.
+/// Keeps the records of `batch` for which `retain` says so; a batch left with no record
+/// stays (empty) if `keep_empty`, for the producer state it carries. Control batches
+/// (transaction markers) and transactional batches are kept whole and add no key to the
+/// offset map: cleaning them belongs with transaction support, which must also drop
+/// aborted data and markers past `delete.retention.ms` and never clean past the last
+/// stable offset.
 pub(crate) fn filter_batch(
     batch: &[u8],
     header: &BatchHeader,
+    keep_empty: bool,
     mut retain: impl FnMut(&RecordInfo) -> bool,
 ) -> Filtered {
-    if header.is_control() {
+    if header.is_control() || header.is_transactional() {
         return Filtered::Unchanged;
     }
     let Ok(data) = records_data(batch, header) else {
@@ -96,7 +100,7 @@ pub(crate) fn filter_batch(
     if records_removed == 0 {
         return Filtered::Unchanged;
     }
-    if kept.is_empty() && !header.has_producer_id() {
+    if kept.is_empty() && !keep_empty {
         return Filtered::Removed { records_removed };
     }
     match encode(batch, header, &kept) {

@@ -467,7 +467,13 @@ impl Log {
                     .await?;
                 position += total_bytes as u64;
                 glommio::yield_if_needed().await;
-                let filtered = filter_batch(&batch, &header, |record| {
+                // An idempotent producer's batch stays, empty if need be, while the producer
+                // state remembers it: a replay of the log must find it again (Kafka keeps the
+                // last batch of each producer).
+                let keep_empty = header.has_producer_id()
+                    && (inner.state.borrow().producers)
+                        .remembers(header.producer_id, header.last_offset());
+                let filtered = filter_batch(&batch, &header, keep_empty, |record| {
                     let Some(key) = record.key else {
                         return true;
                     };
