@@ -96,6 +96,13 @@ pub struct BrokerConfig {
     pub flush_interval: Duration,
     /// `log.retention.check.interval.ms`: how often retention looks for segments to delete.
     pub retention_check_interval: Duration,
+    /// `log.cleaner.enable`: compacted topics are cleaned (`cleanup.policy=compact`).
+    pub cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`: the pause between two cleaning passes of a shard.
+    pub cleaner_backoff: Duration,
+    /// `log.cleaner.dedupe.buffer.size`: memory of the cleaners' offset maps, for the whole
+    /// node; each shard's cleaner takes an equal share.
+    pub cleaner_dedupe_buffer_bytes: usize,
     pub message_bytes_max: usize,
     pub request_bytes_max: usize,
     /// Request bytes one shard holds at most, over all its connections.
@@ -188,11 +195,26 @@ pub const TOPIC_CONFIGS: &[(&str, &str, &str)] = &[
     ),
     ("flush.ms", "log.flush.interval.ms", "1000"),
     ("index.interval.bytes", "log.index.interval.bytes", "4096"),
+    (
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "9223372036854775807",
+    ),
     ("max.message.bytes", "message.max.bytes", "1048588"),
     (
         "message.timestamp.type",
         "log.message.timestamp.type",
         "CreateTime",
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        "0.5",
+    ),
+    (
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "0",
     ),
     ("min.insync.replicas", "min.insync.replicas", "1"),
     ("retention.bytes", "log.retention.bytes", "-1"),
@@ -230,6 +252,9 @@ const BROKER_KEYS: &[&str] = &[
     "log.retention.hours",
     "log.retention.minutes",
     "log.retention.check.interval.ms",
+    "log.cleaner.enable",
+    "log.cleaner.backoff.ms",
+    "log.cleaner.dedupe.buffer.size",
     "offsets.topic.num.partitions",
     "offsets.retention.minutes",
     "offset.metadata.max.bytes",
@@ -416,6 +441,22 @@ impl BrokerConfig {
                 1,
                 u64::MAX / 2,
             )?),
+            cleaner_enable: boolean(
+                "log.cleaner.enable",
+                get("log.cleaner.enable").unwrap_or("true"),
+            )?,
+            cleaner_backoff: Duration::from_millis(number(
+                "log.cleaner.backoff.ms",
+                get("log.cleaner.backoff.ms").unwrap_or("15000"),
+                1,
+                u64::MAX / 2,
+            )?),
+            cleaner_dedupe_buffer_bytes: number(
+                "log.cleaner.dedupe.buffer.size",
+                get("log.cleaner.dedupe.buffer.size").unwrap_or("134217728"),
+                1 << 10,
+                usize::MAX / 2,
+            )?,
             message_bytes_max,
             request_bytes_max,
             queued_request_bytes_max,

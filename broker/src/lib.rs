@@ -14,6 +14,7 @@
 //!   answers, so a topic that CreateTopics reported is servable on every shard.
 //! - `acks=all` is answered only after the batch is on disk (fdatasync, group-committed).
 
+pub mod cleaner;
 pub mod cli;
 pub mod config;
 pub mod controller;

@@ -298,7 +298,7 @@ pub fn validate_batches(records: &[u8]) -> Result<Vec<(BatchHeader, Range<usize>
 }
 
 /// Attribute bit 3: timestamps are the broker's append time (the batch max timestamp).
-const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+pub(crate) const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 
 /// The offset and timestamp of the first record at or after `timestamp` in `batch` (one
 /// whole, validated batch), for ListOffsets by time, which Kafka answers per record.
@@ -336,7 +336,7 @@ pub fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i64, i6
 
 /// A zigzag varint (Kafka's varint/varlong) at `position`, not reading past `end`: the
 /// value and the position after it.
-fn read_varint(bytes: &[u8], mut position: usize, end: usize) -> Option<(i64, usize)> {
+pub(crate) fn read_varint(bytes: &[u8], mut position: usize, end: usize) -> Option<(i64, usize)> {
     let mut raw: u64 = 0;
     for shift in (0..64).step_by(7) {
         if position >= end {

@@ -231,6 +231,13 @@ impl BatchCache {
         });
     }
 
+    /// Drops a log's entries of one segment (replaced by its cleaned copy).
+    pub(crate) fn remove_segment(&self, log_id: u64, base_offset: i64) {
+        self.remove_where(|entry| {
+            entry.log_id == log_id && entry.segment_base_offset == base_offset
+        });
+    }
+
     /// Drops a log's entries of segments at or above `base_offset` (cut by a truncation).
     pub(crate) fn remove_segments_from(&self, log_id: u64, base_offset: i64) {
         self.remove_where(|entry| {

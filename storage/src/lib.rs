@@ -3,8 +3,9 @@
 //! Invariants: batches are stored byte-for-byte as the producer sent them except base offset and
 //! partition leader epoch (both outside the CRC); every batch's CRC-32C is checked at ingress and
 //! again when recovery takes it back from disk (reads check lengths only; consumers check
-//! CRCs, as Kafka's do); offsets in a log are dense and
-//! increasing; after a failed write or fdatasync a log refuses writes (latched) rather than
+//! CRCs, as Kafka's do) and compaction rewrites a batch only to drop records (new CRC,
+//! every offset kept); offsets in a log are increasing, and dense except where compaction
+//! removed records; after a failed write or fdatasync a log refuses writes (latched) rather than
 //! pretend durability.
 //!
 //! Files of one partition directory:
@@ -18,6 +19,13 @@
 //! leader-epoch-checkpoint         Kafka's text checkpoint: `0`, count, `epoch start_offset` lines;
 //!                                 rewritten (tmp, fsync, rename, fsync dir) at each change
 //! clean_shutdown.checkpoint       written by `Log::close`, removed by `Log::open` (crc32fast)
+//! cleaner-offset-checkpoint       Kafka's text checkpoint: `first_dirty_offset tombstones_due_ms`
+//! 00000000000000000000.log.cleaned  a cleaned segment being written (and `.index.cleaned`,
+//!                                 `.timeindex.cleaned`): removed by `Log::open`
+//! 00000000000000000000.log.swap   a cleaned segment committed to replace the old one(s) (and
+//!                                 index `.swap` files): renamed into place by `Log::open`
+//! 00000000000000000003.log.deleted  a segment merged into a cleaned one: removed when the
+//!                                 swap is done, or by `Log::open`
 //! ```
 //! and one per log directory: `replication-offset-checkpoint` (`OffsetCheckpoint`, Kafka's text
 //! checkpoint of `topic partition offset` lines: the high watermarks).
@@ -27,13 +35,18 @@
 //! Retention (`Log::apply_retention`) deletes whole segments, oldest first; the log start
 //! offset is the first remaining segment's base offset, so it needs no file of its own.
 //!
+//! Compaction (`Log::clean`, `cleanup.policy=compact`): sealed segments are rewritten with
+//! the latest record of each key (tombstones until `delete_retention_ms`), offsets unchanged;
+//! `crate::compact` holds the record-level work, `log/compaction.rs` the files and the swap.
+//!
 //! Idempotent producers: `Log::append` checks a batch that carries a producer id against the
 //! partition's producer state at the moment it assigns offsets (no `.await` in between), so a
 //! retried batch is answered with its original offsets (`AppendInfo::duplicate`) and never
 //! stored twice; the state is rebuilt on open from the newest snapshot and the batches after it.
 //!
 //! Followers: `Log::append_replicated` stores a leader's batches as they are (offsets and epochs
-//! kept, contiguity and CRCs checked); `Log::truncate_to` cuts the log durably at a batch
+//! kept, increasing offsets (gaps of a compacted leader kept) and CRCs checked);
+//! `Log::truncate_to` cuts the log durably at a batch
 //! boundary; `Log::end_offset_for_epoch` answers OffsetsForLeaderEpoch from the leader-epoch
 //! cache.
 //!
@@ -44,6 +57,7 @@
 pub mod batch;
 mod cache;
 mod checkpoint;
+mod compact;
 mod error;
 mod index;
 mod io;
@@ -65,7 +79,8 @@ pub use crate::checkpoint::{
 pub use crate::error::{AppendError, ReadError, StorageError, TruncateError};
 pub use crate::io::IoMode;
 pub use crate::log::{
-    AppendInfo, Deleted, DiskReads, DiskWrites, Log, LogConfig, ReadResult, WriteProgress,
+    AppendInfo, CleanPolicy, CleanStats, Cleanable, Deleted, DiskReads, DiskWrites, Log, LogConfig,
+    ReadResult, WriteProgress,
 };
 pub use crate::producer_state::{ProducerError, BATCHES_PER_PRODUCER_MAX};
 pub use crate::retention::Retention;

@@ -14,6 +14,7 @@ use crate::{
     StorageError, TruncateError,
 };
 
+mod compaction;
 mod faults;
 mod replication;
 

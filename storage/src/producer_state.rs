@@ -152,6 +152,17 @@ impl ProducerTable {
         self.producers.len()
     }
 
+    /// The producer's remembered batches (what a retry is checked against, and what a
+    /// replay of the log must find again) include the one ending at `last_offset`.
+    pub fn remembers(&self, producer_id: i64, last_offset: i64) -> bool {
+        self.producers.get(&producer_id).is_some_and(|entry| {
+            entry
+                .remembered()
+                .iter()
+                .any(|batch| batch.last_offset == last_offset)
+        })
+    }
+
     /// Checks an idempotent batch (`producer_id >= 0`, `base_sequence >= 0`) against what the
     /// producer appended before. Allocates nothing.
     pub fn check(&self, batch: &BatchHeader) -> Result<Verdict, ProducerError> {

@@ -1,8 +1,8 @@
 //! One segment of a partition log: the `.log` file of raw batches plus its sparse `.index` and
 //! `.timeindex`, named by the segment's base offset in 20 digits (`00000000000000000000.log`).
 //!
-//! Invariants: batches in a segment have increasing, dense offsets starting at or after
-//! `base_offset`; `written_bytes <= size_bytes` (the rest waits in the log's write queue);
+//! Invariants: batches in a segment have increasing offsets starting at or after
+//! `base_offset`, dense unless the cleaner removed some; `written_bytes <= size_bytes` (the rest waits in the log's write queue);
 //! every index entry points inside the segment; only the last segment of a log is appended to.
 
 use std::path::{Path, PathBuf};

@@ -830,6 +830,12 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), Refusal> {
             .split(',')
             .all(|p| matches!(p.trim(), "delete" | "compact")),
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
+        "min.cleanable.dirty.ratio" => value
+            .parse::<f64>()
+            .is_ok_and(|ratio| (0.0..=1.0).contains(&ratio)),
+        "min.compaction.lag.ms" | "max.compaction.lag.ms" | "delete.retention.ms" => {
+            value.parse::<i64>().is_ok_and(|ms| ms >= 0)
+        }
         "compression.type" => {
             matches!(
                 value,
@@ -871,6 +877,11 @@ mod tests {
     fn topic_configs_are_checked_by_name_and_kind() {
         assert!(validate_topic_config("retention.ms", "1000").is_ok());
         assert!(validate_topic_config("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate_topic_config("min.cleanable.dirty.ratio", "0.01").is_ok());
+        assert!(validate_topic_config("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(validate_topic_config("min.compaction.lag.ms", "0").is_ok());
+        assert!(validate_topic_config("max.compaction.lag.ms", "-1").is_err());
+        assert!(validate_topic_config("delete.retention.ms", "86400000").is_ok());
         assert_eq!(
             validate_topic_config("retention.ms", "soon").map_err(|r| r.error_code),
             Err(40)

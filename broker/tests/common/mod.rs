@@ -418,7 +418,7 @@ pub fn read_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<(i6
 }
 
 /// The batches a Fetch at `offset` returns, or `None` at the high watermark.
-fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -> Option<Bytes> {
+pub fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -> Option<Bytes> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::FetchRequest;
     let request = FetchRequest::default()

@@ -84,16 +84,24 @@ impl Log {
             }
         }
         self.make_room(&mut state, records.len(), offset_count, now_ms)?;
-        let (info, epochs_changed) =
-            self.store(&mut state, records, batch_count, |_| leader_epoch, now_ms);
+        let (info, epochs_changed) = self.store(
+            &mut state,
+            records,
+            batch_count,
+            |_| leader_epoch,
+            false,
+            now_ms,
+        );
         drop(state);
         self.stored(epochs_changed);
         Ok(info)
     }
 
     /// A follower's append: `records` are batches as the partition's leader stored them, and
-    /// keep their base offsets and leader epochs. The first must start at the log end offset
-    /// and each next one right after the one before (else `BatchError::UnexpectedBaseOffset`);
+    /// keep their base offsets and leader epochs. The first must start at or after the log end
+    /// offset and each next one at or after the end of the one before (else
+    /// `BatchError::UnexpectedBaseOffset`): a compacted leader log skips the offsets its
+    /// cleaner removed;
     /// sizes, magic and CRC-32C are checked as on the leader's path, and nothing is stored if
     /// any check fails. The checks that are the leader's to make are not repeated: the topic's
     /// `batch_bytes_max` (it may have changed since) and one offset per record (a compacted
@@ -115,7 +123,7 @@ impl Log {
         let mut batch_count = 0;
         for item in BatchIter::new(records) {
             let (header, _) = item?;
-            if header.base_offset != expected {
+            if header.base_offset < expected {
                 return Err(BatchError::UnexpectedBaseOffset {
                     expected,
                     base_offset: header.base_offset,
@@ -133,6 +141,7 @@ impl Log {
             records,
             batch_count,
             |header| header.partition_leader_epoch,
+            true,
             now_ms,
         );
         drop(state);
@@ -201,6 +210,7 @@ impl Log {
         records: &[u8],
         batch_count: usize,
         epoch_of: impl Fn(&BatchHeader) -> i32,
+        keep_offsets: bool,
         now_ms: i64,
     ) -> (AppendInfo, bool) {
         let config = &self.inner.config.get();
@@ -218,9 +228,16 @@ impl Log {
         let mut epochs_changed = false;
         let position = state.active().size_bytes;
         state.reserve(config, position, records.len());
-        for item in BatchIter::checked(records) {
+        for (index, item) in BatchIter::checked(records).enumerate() {
             // Validated above; the second pass re-parses headers only to avoid a Vec per call.
             let (mut header, range) = item.expect("validated in the first pass");
+            if keep_offsets {
+                // A leader's compacted log may skip offsets (checked to increase above).
+                next_offset = header.base_offset;
+                if index == 0 {
+                    info.base_offset = next_offset;
+                }
+            }
             let leader_epoch = epoch_of(&header);
             header.base_offset = next_offset;
             header.partition_leader_epoch = leader_epoch;

@@ -30,6 +30,7 @@
 //! read.rs                read plans, `SegmentReader`, read-ahead, reads and time queries
 //! open.rs                `Log::open`: directory listing, segment recovery, spares
 //! retention.rs           `Log::apply_retention`, and deleting segments below a start
+//! compaction.rs          `Log::clean` (cleanup.policy=compact): rewriting segments, swaps
 //! delete_records.rs      `Log::delete_records_before` (DeleteRecords) and its checkpoint
 //! truncate.rs            a follower's `truncate_to`
 //! epochs.rs              the leader-epoch cache: its checkpoint file, OffsetsForLeaderEpoch
@@ -54,11 +55,15 @@ use crate::producer_state::{ProducerSnapshot, ProducerTable};
 use crate::recovery::{write_clean_shutdown, write_indexes, CleanShutdown};
 use crate::segment::Segment;
 
+pub use self::compaction::{CleanPolicy, CleanStats, Cleanable};
+#[cfg(test)]
+pub(crate) use self::compaction::{CleanStep, STOP_AT};
 use self::read::ReadAhead;
 pub use self::stats::{DiskReads, DiskWrites, WriteProgress};
 use self::write_queue::{Chunk, ChunkInfo, Job, Snapshot, WriteQueue};
 
 mod append;
+mod compaction;
 mod delete_records;
 mod epochs;
 mod open;
@@ -280,6 +285,8 @@ struct State {
     truncating: bool,
     /// Truncations since the log was opened: a read that raced one is retried.
     truncations: u64,
+    /// The log cleaner's checkpoint and progress (`compaction.rs`).
+    cleaner: compaction::CleanerState,
 }
 
 impl State {

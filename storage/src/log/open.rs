@@ -1,8 +1,10 @@
-//! Opening a partition log: listing its directory (segments, spares, snapshots; index files
-//! left without their `.log` removed), recovering each segment (`crate::recovery`), loading
-//! the producer state, and starting the writer task.
+//! Opening a partition log: finishing or undoing a cleaned segment's swap a crash interrupted
+//! (`compaction::complete_swaps`), listing its directory (segments, spares, snapshots; index
+//! files left without their `.log` removed), recovering each segment (`crate::recovery`),
+//! loading the producer state and the cleaner's checkpoint, and starting the writer task.
 //!
-//! Invariants: after open the segments are contiguous and each is valid to its end; the
+//! Invariants: after open the segments are contiguous (each ends where the next begins,
+//! though a cleaned one may lack its last offsets) and each is valid to its end; the
 //! clean-shutdown checkpoint is gone before anything can be appended; a segment cut short
 //! (torn) removes every later one; in direct mode the active segment's partial last block is
 //! held in memory for the next write to rewrite.
@@ -13,8 +15,8 @@ use std::rc::Rc;
 
 use super::write_queue::WriteQueue;
 use super::{
-    epochs, producer_snapshots, writer, DiskReads, DiskWrites, Inner, Log, LogConfig, Signals,
-    State,
+    compaction, epochs, producer_snapshots, writer, DiskReads, DiskWrites, Inner, Log, LogConfig,
+    Signals, State,
 };
 use crate::cache::BatchCache;
 use crate::checkpoint::is_leftover;
@@ -46,6 +48,9 @@ impl Log {
             std::path::absolute(&dir).map_err(|e| StorageError::io("resolve dir", &dir, e))?;
         // Blocking directory calls, once per open: glommio has no async mkdir/readdir.
         std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
+        if compaction::complete_swaps(&dir).await? {
+            sync_dir(&dir).await?;
+        }
         let (bases, spares, snapshots) = list_segment_bases(&dir)?;
         let clean_shutdown = read_clean_shutdown(&dir).await?;
         let checkpoint_path = dir.join(CLEAN_SHUTDOWN_FILE);
@@ -75,6 +80,8 @@ impl Log {
         for (epoch, start_offset) in scanned_epochs {
             epochs_changed |= epochs.assign(epoch, start_offset);
         }
+        let mut cleaner = compaction::load_cleaner_state(&dir).await?;
+        cleaner.first_dirty_offset = cleaner.first_dirty_offset.min(log_end_offset);
         let state = State {
             segments,
             log_start_offset,
@@ -95,6 +102,7 @@ impl Log {
             epochs_version: u64::from(epochs_changed),
             truncating: false,
             truncations: 0,
+            cleaner,
         };
         let signals = Rc::new(Signals::default());
         let inner = Rc::new(Inner {
@@ -146,6 +154,7 @@ fn list_segment_bases(dir: &Path) -> Result<DirListing, StorageError> {
                 let name = name.to_string_lossy();
                 if is_leftover(&name, LEADER_EPOCH_CHECKPOINT_FILE)
                     || is_leftover(&name, super::delete_records::LOG_START_FILE)
+                    || is_leftover(&name, compaction::CLEANER_CHECKPOINT_FILE)
                 {
                     remove_file_if_present(&entry.path())?;
                 }
@@ -253,7 +262,13 @@ async fn open_segments(
             }
             if !is_active {
                 // Only missing offsets count: cutting direct-mode zero padding loses nothing.
-                torn = segment.next_offset != bases[slot + 1];
+                // A segment that ends in valid batches is whole even if its last offsets are
+                // missing: the cleaner removed them (a sealed segment was synced whole
+                // before its successor's file existed, so no crash cuts one at a batch end).
+                torn = segment.next_offset != bases[slot + 1] && outcome.valid_bytes < file_bytes;
+                if !torn {
+                    segment.next_offset = bases[slot + 1];
+                }
                 segment.complete_time_index();
                 let (index, time_index) = (segment.index.encode(), segment.time_index.encode());
                 write_indexes(dir, base_offset, index, time_index).await?;

@@ -36,6 +36,9 @@ pub(super) struct ReadAhead {
     segment_base_offset: i64,
     position: u64,
     len: usize,
+    /// The log's rewrite count when it started: a segment the cleaner replaced meanwhile
+    /// gets none of its bytes.
+    rewrites: u64,
 }
 
 impl ReadAhead {
@@ -229,7 +232,7 @@ impl SegmentReader {
         }
     }
 
-    async fn bytes(
+    pub(super) async fn bytes(
         &mut self,
         inner: &Inner,
         segment_base_offset: i64,
@@ -331,18 +334,19 @@ impl Log {
         end_offset: i64,
     ) -> Result<ReadResult, ReadError> {
         let result = loop {
-            let before = self.truncations();
+            let before = self.layout_changes();
             let result = self.read_batches(offset, max_bytes, end_offset).await;
             let raced = matches!(
                 result,
                 Err(ReadError::Storage(
                     StorageError::Closed { .. } | StorageError::CorruptFile { .. }
                 ))
-            ) && (before.1 || self.truncations() != before);
+            ) && (before.1 || self.layout_changes() != before);
             if !raced {
                 break result;
             }
-            // A truncation moved the segments under the read: read again once it is done.
+            // A truncation or the cleaner moved the segments under the read: read again once
+            // a truncation is done.
             let inner = &*self.inner;
             inner
                 .signals
@@ -364,10 +368,11 @@ impl Log {
         result
     }
 
-    /// Truncations done so far, and whether one is under way.
-    fn truncations(&self) -> (u64, bool) {
+    /// Truncations and segment rewrites done so far, and whether a truncation is under way.
+    fn layout_changes(&self) -> (u64, bool) {
         let state = self.inner.state.borrow();
-        (state.truncations, state.truncating)
+        let changes = state.truncations.wrapping_add(state.cleaner.rewrites);
+        (changes, state.truncating)
     }
 
     async fn read_batches(
@@ -378,6 +383,7 @@ impl Log {
     ) -> Result<ReadResult, ReadError> {
         let inner = &*self.inner;
         let max_bytes = max_bytes.min(READ_BYTES_MAX);
+        let rewrites = inner.state.borrow().cleaner.rewrites;
         let (log_start_offset, log_end_offset, mut segment_base_offset, mut position) = {
             let state = inner.state.borrow();
             let (start, end) = (state.log_start_offset, state.log_end_offset);
@@ -448,6 +454,14 @@ impl Log {
         let records = reader
             .bytes(inner, segment_base_offset, start, total_bytes)
             .await?;
+        if inner.state.borrow().cleaner.rewrites != rewrites {
+            // The cleaner replaced a segment under the read, which may have mixed the old
+            // file's positions with the new one's: `read_below` reads again.
+            return Err(StorageError::Closed {
+                path: inner.dir.clone(),
+            }
+            .into());
+        }
         if inner.config.get().io_mode == IoMode::Direct {
             self.read_ahead(segment_base_offset, next_offset, window_bytes);
         }
@@ -545,6 +559,7 @@ impl Log {
                 segment_base_offset,
                 position,
                 len,
+                rewrites: state.cleaner.rewrites,
             };
             state.read_ahead = Some(ahead);
             (file, ahead)
@@ -556,9 +571,12 @@ impl Log {
             inner.count_disk_read(ahead.len, true);
             let mut state = inner.state.borrow_mut();
             state.read_ahead = None;
-            if let (Ok((start, data)), Some(_)) =
-                (read, state.segment_slot(ahead.segment_base_offset))
-            {
+            let replaced = state.cleaner.rewrites != ahead.rewrites;
+            if let (Ok((start, data)), Some(_), false) = (
+                read,
+                state.segment_slot(ahead.segment_base_offset),
+                replaced,
+            ) {
                 // Only the bytes asked for: past them, the last block may hold padding.
                 let valid = (ahead.position + ahead.len as u64 - start).min(data.len() as u64);
                 let charge = align_up(data.len() as u64) as usize;

@@ -20,7 +20,7 @@ const SPARES_MAX: usize = 2;
 impl Inner {
     /// A segment as retention sees it. Like Kafka, a segment whose batches carried no
     /// timestamp is as old as its file's last modification (or, failing that, new).
-    fn segment_age(&self, segment: &Segment, now_ms: i64) -> SegmentAge {
+    pub(super) fn segment_age(&self, segment: &Segment, now_ms: i64) -> SegmentAge {
         let largest_timestamp_ms = if segment.max_timestamp >= 0 {
             segment.max_timestamp
         } else {

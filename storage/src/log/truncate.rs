@@ -229,6 +229,8 @@ impl Log {
                 state.epochs_changed();
             }
             state.truncations += 1;
+            // Records appended from here on are dirty: none was read into an offset map.
+            state.cleaner.first_dirty_offset = state.cleaner.first_dirty_offset.min(offset);
             inner
                 .snapshots
                 .borrow()

@@ -89,16 +89,11 @@ fn a_replicated_append_must_continue_the_log_and_pass_the_crc() {
             })) => Some((expected, base_offset)),
             _ => None,
         };
-        // Not at the log end.
+        // A batch that starts inside the one before it: nothing stored, not even the first.
+        let overlap = [batches[0].clone(), batches[0].clone()].concat();
         assert_eq!(
-            unexpected(follower.append_replicated(&batches[1], 0)),
-            Some((0, 2))
-        );
-        // A gap between two batches: nothing stored, not even the first.
-        let gap = [batches[0].clone(), batches[2].clone()].concat();
-        assert_eq!(
-            unexpected(follower.append_replicated(&gap, 0)),
-            Some((2, 4))
+            unexpected(follower.append_replicated(&overlap, 0)),
+            Some((2, 0))
         );
         assert_eq!(follower.log_end_offset(), 0);
         // A flipped byte inside the CRC's range.
@@ -120,6 +115,35 @@ fn a_replicated_append_must_continue_the_log_and_pass_the_crc() {
             unexpected(follower.append_replicated(&batches[2], 0)),
             Some((6, 4))
         );
+        assert_eq!(follower.log_end_offset(), 6);
+    });
+}
+
+#[test]
+fn a_replicated_append_keeps_the_gaps_of_a_compacted_leader() {
+    run(|| async {
+        let (leader_dir, dir) = (
+            tempfile::tempdir().expect("tmp"),
+            tempfile::tempdir().expect("tmp"),
+        );
+        let (_leader, fetched) =
+            leader_with(leader_dir.path(), config(IoMode::Buffered), &[0, 0, 0]).await;
+        let batches = batches_of(&fetched);
+        let follower = open(dir.path(), config(IoMode::Buffered)).await;
+        // Offsets 0 and 1 went with the leader's cleaner; 2 and 3 are gone too.
+        let info = follower
+            .append_replicated(&batches[1], 0)
+            .expect("replicate");
+        assert_eq!((info.base_offset, info.last_offset), (2, 3));
+        let info = follower
+            .append_replicated(&batches[2], 0)
+            .expect("replicate");
+        assert_eq!((info.base_offset, info.last_offset), (4, 5));
+        assert_eq!(follower.log_end_offset(), 6);
+        let read = follower.read(0, 1 << 20).await.expect("read");
+        assert_eq!(batch_base_offsets(&read.records), vec![2, 4]);
+        follower.close().await.expect("close");
+        let follower = open(dir.path(), config(IoMode::Buffered)).await;
         assert_eq!(follower.log_end_offset(), 6);
     });
 }

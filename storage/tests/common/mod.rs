@@ -33,7 +33,8 @@ impl Default for BatchSpec {
     }
 }
 
-fn put_varlong(out: &mut Vec<u8>, value: i64) {
+/// Appends `value` as a zigzag varlong (Kafka's record framing).
+pub fn put_varlong(out: &mut Vec<u8>, value: i64) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
     while zigzag >= 0x80 {
         out.push((zigzag as u8) | 0x80);
