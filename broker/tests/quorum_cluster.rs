@@ -1,7 +1,8 @@
 //! Three nodes, each broker and controller (Kafka's combined mode), in one metadata quorum
 //! over loopback: they elect a controller, all three register as brokers, a topic created
 //! through the controller reaches every node with its partitions led across the three, a
-//! node that is not the controller refuses admin changes with NOT_CONTROLLER, and when the
+//! node that is not the controller forwards its clients' admin changes there and answers
+//! once it serves their outcome itself, and when the
 //! controller is killed the other two elect another one, which takes changes, and the
 //! killed node comes back and catches up. Every wait is bounded.
 
@@ -15,20 +16,30 @@ use std::time::{Duration, Instant};
 
 use common::{batch, metadata, produce, read_values, topic_name, Client, Node, Stopped};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
-use kafka_protocol::messages::{
-    CreateTopicsRequest, DescribeQuorumRequest, MetadataResponse, RequestKind, ResponseKind,
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
 };
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    DescribeQuorumRequest, IncrementalAlterConfigsRequest, MetadataResponse, RequestKind,
+    ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
 
 const WAIT: Duration = Duration::from_secs(60);
 const CLUSTER_ID: &str = "q3ClusterTestsXXXXXXXw";
 
 struct Cluster {
-    _tmp: tempfile::TempDir,
     dirs: BTreeMap<i32, PathBuf>,
     voters: String,
     nodes: BTreeMap<i32, Node>,
+    /// Dropped last: a node that fails shows its log from there.
+    _tmp: tempfile::TempDir,
 }
 
 fn free_port() -> u16 {
@@ -154,6 +165,83 @@ fn create_replicated(client: &mut Client, topic: &str, replication_factor: i16) 
     answer.topics[0].error_code
 }
 
+/// CreatePartitions of `topic` to `count`: the topic's error code.
+fn create_partitions(client: &mut Client, topic: &str, count: i32) -> i16 {
+    let request = CreatePartitionsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic_name(topic))
+            .with_count(count)]);
+    let ResponseKind::CreatePartitions(answer) =
+        client.call(3, RequestKind::CreatePartitions(request))
+    else {
+        unreachable!()
+    };
+    answer.results[0].error_code
+}
+
+/// IncrementalAlterConfigs SET of `key` on `topic`: the resource's error code.
+fn set_config(client: &mut Client, topic: &str, key: &str, value: &str) -> i16 {
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.into()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.into()))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.into())))]),
+    ]);
+    let ResponseKind::IncrementalAlterConfigs(answer) =
+        client.call(1, RequestKind::IncrementalAlterConfigs(request))
+    else {
+        unreachable!()
+    };
+    answer.responses[0].error_code
+}
+
+/// The value DescribeConfigs gives `key` of `topic`.
+fn config(client: &mut Client, topic: &str, key: &str) -> Option<String> {
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.into()))
+            .with_configuration_keys(Some(vec![StrBytes::from_string(key.into())]))]);
+    let ResponseKind::DescribeConfigs(answer) =
+        client.call(4, RequestKind::DescribeConfigs(request))
+    else {
+        unreachable!()
+    };
+    let found = answer.results[0].configs.first()?;
+    found.value.as_ref().map(|v| v.to_string())
+}
+
+/// The topics a node's Metadata lists (asking for all of them creates none).
+fn topics(client: &mut Client) -> Vec<String> {
+    let request = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
+    let ResponseKind::Metadata(answer) = client.call(12, RequestKind::Metadata(request)) else {
+        unreachable!()
+    };
+    answer
+        .topics
+        .iter()
+        .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+        .collect()
+}
+
+/// DeleteTopics of `topic`: its error code.
+fn delete(client: &mut Client, topic: &str) -> i16 {
+    let request = DeleteTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![
+            DeleteTopicState::default().with_name(Some(topic_name(topic)))
+        ]);
+    let ResponseKind::DeleteTopics(answer) = client.call(6, RequestKind::DeleteTopics(request))
+    else {
+        unreachable!()
+    };
+    answer.responses[0].error_code
+}
+
 /// Partition index → (error code, leader, leader epoch), as `id`'s node answers.
 fn partitions(cluster: &Cluster, id: i32, topic: &str) -> BTreeMap<i32, (i16, i32, i32)> {
     let answer = metadata(&mut cluster.client(id), &[topic]);
@@ -226,15 +314,43 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     assert_eq!(voters, [1, 2, 3]);
     assert_eq!(quorum.nodes.len(), 3, "every voter's controller listener");
 
-    // Only the controller changes metadata.
+    // A node that is not the controller forwards its clients' admin changes there, and
+    // answers once its own shards serve the outcome: no waiting for it to show.
     let other = *cluster
         .nodes
         .keys()
         .find(|&&id| id != controller)
         .expect("another node");
+    let mut client = cluster.client(other);
+    assert_eq!(create(&mut client, "forwarded"), 0);
+    assert_eq!(partitions(&cluster, other, "forwarded").len(), 3);
     assert_eq!(
-        create(&mut cluster.client(other), "refused"),
-        ResponseError::NotController.code()
+        create(&mut client, "forwarded"),
+        ResponseError::TopicAlreadyExists.code()
+    );
+    assert_eq!(create_partitions(&mut client, "forwarded", 5), 0);
+    assert_eq!(partitions(&cluster, other, "forwarded").len(), 5);
+    assert_eq!(
+        create_partitions(&mut client, "forwarded", 2),
+        ResponseError::InvalidPartitions.code()
+    );
+    assert_eq!(
+        set_config(&mut client, "forwarded", "retention.ms", "60000"),
+        0
+    );
+    assert_eq!(
+        config(&mut client, "forwarded", "retention.ms").as_deref(),
+        Some("60000")
+    );
+    assert_eq!(
+        set_config(&mut client, "forwarded", "retention.ms", "soon"),
+        ResponseError::InvalidConfig.code()
+    );
+    assert_eq!(delete(&mut client, "forwarded"), 0);
+    assert!(!topics(&mut client).contains(&"forwarded".to_string()));
+    assert_eq!(
+        delete(&mut client, "forwarded"),
+        ResponseError::UnknownTopicOrPartition.code()
     );
     assert_eq!(create(&mut cluster.client(controller), "spread"), 0);
     // Followers do not replicate yet: a partition is not placed where nothing would copy it.

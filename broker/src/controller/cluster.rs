@@ -1,7 +1,8 @@
 //! The controller in a quorum of several voters: who is active, following the log, and the
 //! requests a node forwards to the active controller (its own registration, unfencing and
-//! heartbeats, blocks of producer ids, the topics it creates for itself), and fencing the
-//! brokers that stopped heartbeating.
+//! heartbeats, blocks of producer ids, the topics it creates for itself, and its clients'
+//! CreateTopics, DeleteTopics, CreatePartitions and IncrementalAlterConfigs, as Kafka's
+//! brokers forward them), and fencing the brokers that stopped heartbeating.
 //!
 //! Invariants: a node is the active controller only in a term in which its voter leads and
 //! has applied everything committed before that term (`QuorumStatus::active`); entering or
@@ -53,6 +54,46 @@ pub enum ForwardedRequest {
         broker_id: i32,
         broker_epoch: i64,
     },
+    /// A client's DeleteTopics, for one topic (its id as a number).
+    DeleteTopic {
+        topic_id: u128,
+    },
+    /// A client's CreatePartitions, for one topic.
+    CreatePartitions {
+        name: String,
+        partition_count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    },
+    /// A client's IncrementalAlterConfigs, for one topic: `Some` sets, `None` removes.
+    AlterTopicConfigs {
+        name: String,
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    },
+}
+
+impl ForwardedRequest {
+    /// A client's change to topics: once its outcome is in this node's log, its shards
+    /// must serve it before the client hears back.
+    fn changes_topics(&self) -> bool {
+        matches!(
+            self,
+            Self::CreateTopic(_)
+                | Self::DeleteTopic { .. }
+                | Self::CreatePartitions { .. }
+                | Self::AlterTopicConfigs { .. }
+        )
+    }
+}
+
+/// The active controller's answer to a forwarded request: its outcome, and the end of the
+/// controller's applied log once it had executed it, which the requester reaches before it
+/// answers its own client (so that what the request changed is visible on it too).
+#[derive(Debug, Serialize, Deserialize)]
+struct ForwardedAnswer {
+    outcome: Result<i64, Refusal>,
+    log_end: u64,
 }
 
 impl Controller {
@@ -115,13 +156,20 @@ impl Controller {
             } else {
                 let body = serde_json::to_vec(&request).expect("requests always serialize");
                 match quorum.proposer().forward(body).await {
-                    Ok(answer) => serde_json::from_slice::<Result<i64, Refusal>>(&answer)
-                        .unwrap_or_else(|error| {
-                            Err(Refusal::new(
-                                ResponseError::UnknownServerError,
-                                format!("an answer of the controller is unreadable: {error}"),
-                            ))
-                        }),
+                    Ok(answer) => match serde_json::from_slice::<ForwardedAnswer>(&answer) {
+                        Ok(ForwardedAnswer {
+                            outcome: Ok(value),
+                            log_end,
+                        }) => {
+                            let shard = shard.filter(|_| request.changes_topics());
+                            self.catch_up(shard, log_end).await.map(|()| value)
+                        }
+                        Ok(ForwardedAnswer { outcome, .. }) => outcome,
+                        Err(error) => Err(Refusal::new(
+                            ResponseError::UnknownServerError,
+                            format!("an answer of the controller is unreadable: {error}"),
+                        )),
+                    },
                     Err(reason) => Err(Refusal::new(ResponseError::NotController, reason)),
                 }
             };
@@ -160,15 +208,71 @@ impl Controller {
                 broker_id,
                 broker_epoch,
             } => self.heartbeat(broker_id, broker_epoch).await,
-            ForwardedRequest::CreateTopic(spec) => match shard {
-                Some(shard) => Controller::create_topic(shard, spec, false)
-                    .await
-                    .map(|_| 0),
-                None => Err(Refusal::new(
-                    ResponseError::UnknownServerError,
-                    "topics are created once the node runs",
-                )),
-            },
+            admin => {
+                let Some(shard) = shard else {
+                    return Err(Refusal::new(
+                        ResponseError::UnknownServerError,
+                        "topics are changed once the node runs",
+                    ));
+                };
+                match admin {
+                    ForwardedRequest::CreateTopic(spec) => {
+                        Controller::create_topic(shard, spec, false).await?;
+                    }
+                    ForwardedRequest::DeleteTopic { topic_id } => {
+                        Controller::delete_topic_here(shard, uuid::Uuid::from_u128(topic_id))
+                            .await?;
+                    }
+                    ForwardedRequest::CreatePartitions {
+                        name,
+                        partition_count,
+                        assignments,
+                        validate_only,
+                    } => {
+                        Controller::create_partitions_here(
+                            shard,
+                            &name,
+                            partition_count,
+                            assignments,
+                            validate_only,
+                        )
+                        .await?;
+                    }
+                    ForwardedRequest::AlterTopicConfigs {
+                        name,
+                        changes,
+                        validate_only,
+                    } => {
+                        Controller::alter_topic_configs_here(shard, &name, changes, validate_only)
+                            .await?;
+                    }
+                    _ => unreachable!("the broker's own requests are matched above"),
+                }
+                Ok(0)
+            }
+        }
+    }
+
+    /// Waits until this node has applied its log up to `log_end` (what the active
+    /// controller had applied when it answered a forwarded request), then has the shards
+    /// install the image, given `shard`.
+    async fn catch_up(&self, shard: Option<&Rc<Shard>>, log_end: u64) -> Result<(), Refusal> {
+        let deadline = std::time::Instant::now() + FORWARD_TIMEOUT;
+        loop {
+            self.apply_committed();
+            if self.store.borrow().end_offset() >= log_end {
+                return match shard {
+                    Some(shard) => Controller::publish(shard, None).await,
+                    None => Ok(()),
+                };
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Refusal::new(
+                    ResponseError::RequestTimedOut,
+                    format!("the metadata log never reached offset {log_end} on this node"),
+                ));
+            }
+            pause(Duration::from_millis(10)).await;
         }
     }
 
@@ -364,7 +468,7 @@ impl Controller {
             if let Some(status) = &status {
                 controller.refresh_role(status);
             }
-            let applied = controller.apply_committed();
+            controller.apply_committed();
             if status.is_some_and(|s| s.log_bytes >= controller.snapshot_bytes) {
                 // The committed image is exactly what the entries taken so far build (no
                 // `.await` since they were applied).
@@ -373,10 +477,9 @@ impl Controller {
                     tracing::warn!(%error, "snapshotting the metadata log");
                 }
             }
-            if applied {
-                if let Err(refusal) = Controller::publish(&shard, None).await {
-                    tracing::warn!(message = refusal.message, "publishing a committed image");
-                }
+            // Applied here, or by a task that waited for its own change to come back.
+            if let Err(refusal) = Controller::publish_if_behind(&shard).await {
+                tracing::warn!(message = refusal.message, "publishing a committed image");
             }
             Controller::fence_silent_brokers(&shard).await;
             for request in quorum.requests().try_iter() {
@@ -394,10 +497,10 @@ async fn serve_forwarded(shard: Rc<Shard>, request: ForwardRequest) {
         Ok(_) if controller.active_term.get().is_none() => Err(controller.not_controller()),
         Ok(forwarded) => {
             let outcome = controller.execute(Some(&shard), forwarded).await;
-            if outcome.is_ok() {
-                if let Err(refusal) = Controller::publish(&shard, None).await {
-                    tracing::warn!(message = refusal.message, "publishing a registration");
-                }
+            // A registration or a fencing change is published here before the answer; most
+            // heartbeats change nothing.
+            if let Err(refusal) = Controller::publish_if_behind(&shard).await {
+                tracing::warn!(message = refusal.message, "publishing a committed image");
             }
             outcome
         }
@@ -406,7 +509,11 @@ async fn serve_forwarded(shard: Rc<Shard>, request: ForwardRequest) {
             format!("an unreadable forwarded request: {error}"),
         )),
     };
-    let answer = serde_json::to_vec(&outcome).expect("answers always serialize");
+    let answer = ForwardedAnswer {
+        outcome,
+        log_end: controller.store.borrow().end_offset(),
+    };
+    let answer = serde_json::to_vec(&answer).expect("answers always serialize");
     if let Some(quorum) = &controller.quorum {
         quorum.reply(request.from, request.id, Ok(answer));
     }

@@ -110,6 +110,9 @@ pub struct Controller {
     session_timeout: Duration,
     /// `metadata.log.max.record.bytes.between.snapshots`.
     snapshot_bytes: u64,
+    /// The epoch of the newest image sent to the shards: a committed image past it is
+    /// still to be published, whichever task applied it.
+    published: Cell<u64>,
 }
 
 impl Controller {
@@ -129,6 +132,7 @@ impl Controller {
             active_since: Cell::new(Instant::now()),
             session_timeout: Duration::from_secs(9),
             snapshot_bytes: u64::MAX,
+            published: Cell::new(0),
         })
     }
 
@@ -254,6 +258,10 @@ impl Controller {
             (state.leader == NO_LEADER && state.isr.contains(&broker_id)).then_some(broker_id)
         }));
         self.commit(records).await?;
+        // Its session starts now: whatever was heard from an earlier incarnation is past.
+        self.heartbeats
+            .borrow_mut()
+            .insert(broker_id, Instant::now());
         Ok(broker_epoch)
     }
 
@@ -358,7 +366,9 @@ impl Controller {
             .await
     }
 
-    /// [`Controller::create_topic`] asked from any shard: the controller runs on shard 0.
+    /// A client's CreateTopics, asked from any shard: the controller runs on shard 0, and a
+    /// node that is not the active controller forwards the creation there (it validates
+    /// `validate_only` requests itself, against its committed image).
     pub async fn create_topic_from(
         shard: &Rc<Shard>,
         spec: TopicSpec,
@@ -367,13 +377,29 @@ impl Controller {
         shard
             .router
             .call(shard, 0, move |controller: Rc<Shard>| async move {
-                Controller::create_topic(&controller, spec, validate_only).await
+                if validate_only {
+                    Controller::create_topic(&controller, spec, true).await
+                } else {
+                    Controller::create_topic_anywhere(&controller, spec).await
+                }
             })
             .await
     }
 
-    /// Deletes the topic and its data on every shard before returning.
+    /// Deletes the topic and its data on every shard of this node before returning, on the
+    /// active controller or forwarded to it.
     pub async fn delete_topic(shard: &Rc<Shard>, id: Uuid) -> Result<(), Refusal> {
+        let request = ForwardedRequest::DeleteTopic {
+            topic_id: id.as_u128(),
+        };
+        Self::of(shard)
+            .execute_or_forward(Some(shard), request)
+            .await
+            .map(drop)
+    }
+
+    /// [`Controller::delete_topic`] on the active controller.
+    async fn delete_topic_here(shard: &Rc<Shard>, id: Uuid) -> Result<(), Refusal> {
         let controller = Self::of(shard);
         if controller.proposed.borrow().topic_by_id(&id).is_none() {
             return Err(Refusal::new(
@@ -390,8 +416,29 @@ impl Controller {
     }
 
     /// Grows the topic to `partition_count` partitions, on the brokers `assignments` names
-    /// for the new ones, or placed like a new topic's.
+    /// for the new ones, or placed like a new topic's; on the active controller or
+    /// forwarded to it.
     pub async fn create_partitions(
+        shard: &Rc<Shard>,
+        name: &str,
+        partition_count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), Refusal> {
+        let request = ForwardedRequest::CreatePartitions {
+            name: name.to_string(),
+            partition_count,
+            assignments,
+            validate_only,
+        };
+        Self::of(shard)
+            .execute_or_forward(Some(shard), request)
+            .await
+            .map(drop)
+    }
+
+    /// [`Controller::create_partitions`] on the active controller.
+    async fn create_partitions_here(
         shard: &Rc<Shard>,
         name: &str,
         partition_count: i32,
@@ -453,8 +500,26 @@ impl Controller {
 
     /// Sets (`Some`) or removes (`None`) topic-level settings of `name`, all or none, each
     /// checked as at creation; with `validate_only` nothing changes. Open logs take them
-    /// when the new image is installed.
+    /// when the new image is installed. On the active controller or forwarded to it.
     pub async fn alter_topic_configs(
+        shard: &Rc<Shard>,
+        name: &str,
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    ) -> Result<(), Refusal> {
+        let request = ForwardedRequest::AlterTopicConfigs {
+            name: name.to_string(),
+            changes,
+            validate_only,
+        };
+        Self::of(shard)
+            .execute_or_forward(Some(shard), request)
+            .await
+            .map(drop)
+    }
+
+    /// [`Controller::alter_topic_configs`] on the active controller.
+    async fn alter_topic_configs_here(
         shard: &Rc<Shard>,
         name: &str,
         changes: Vec<(String, Option<String>)>,
@@ -710,20 +775,7 @@ impl Controller {
         }
         let mut image = self.committed.borrow_mut();
         for batch in &batches {
-            if batch.snapshot {
-                *image = MetadataImage::default();
-            }
-            for record in &batch.records {
-                // Every node applies the same records alike; one that does not apply is
-                // skipped everywhere.
-                if let Err(reason) = image.apply(record) {
-                    tracing::error!(
-                        offset = batch.offset,
-                        reason,
-                        "a metadata record is skipped"
-                    );
-                }
-            }
+            batch.apply_to(&mut image);
         }
         if self.quorum.is_some() && self.active_term.get().is_none() {
             *self.proposed.borrow_mut() = image.clone();
@@ -731,11 +783,24 @@ impl Controller {
         true
     }
 
+    /// [`Controller::publish`]es the committed image if the shards were not sent it yet.
+    async fn publish_if_behind(shard: &Rc<Shard>) -> Result<(), Refusal> {
+        let controller = Self::of(shard);
+        if controller.committed.borrow().epoch > controller.published.get() {
+            Controller::publish(shard, None).await?;
+        }
+        Ok(())
+    }
+
     /// Sends the committed image to every shard and waits until each has installed it. Fails
     /// if a shard could not open or delete a log of topic `concerning` (the one the request
     /// changed); another topic's failed logs are that topic's trouble, and were logged.
     async fn publish(shard: &Rc<Shard>, concerning: Option<Uuid>) -> Result<(), Refusal> {
-        let image = Self::of(shard).image();
+        let controller = Self::of(shard);
+        let image = controller.image();
+        controller
+            .published
+            .set(controller.published.get().max(image.epoch));
         let mut installs = Vec::new();
         for target in 0..shard.router.shard_count() {
             let image = image.clone();

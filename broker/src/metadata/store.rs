@@ -66,6 +66,26 @@ pub struct CommittedBatch {
     pub snapshot: bool,
 }
 
+impl CommittedBatch {
+    /// Applies the batch to `image`: a snapshot's records replace what `image` held, at an
+    /// epoch that goes on from `image`'s (a snapshot rebuilds the image from fewer records
+    /// than built it, and a shard takes only newer images). A record that does not apply
+    /// is skipped, as it is on every node.
+    pub fn apply_to(&self, image: &mut MetadataImage) {
+        if self.snapshot {
+            *image = MetadataImage {
+                epoch: image.epoch,
+                ..MetadataImage::default()
+            };
+        }
+        for record in &self.records {
+            if let Err(reason) = image.apply(record) {
+                tracing::error!(offset = self.offset, reason, "a metadata record is skipped");
+            }
+        }
+    }
+}
+
 /// Commits metadata records durably and rebuilds the image from them.
 pub trait MetadataStore {
     /// The image of everything committed so far.
@@ -327,6 +347,37 @@ mod tests {
             partitions: vec![local.clone(), local],
             configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
         })
+    }
+
+    #[test]
+    fn a_snapshot_replaces_the_image_and_its_epoch_goes_on() {
+        let mut image = MetadataImage::default();
+        for name in ["a", "b", "c"] {
+            let batch = CommittedBatch {
+                offset: 0,
+                records: create(name),
+                snapshot: false,
+            };
+            batch.apply_to(&mut image);
+        }
+        let before = image.epoch;
+        // The leader's snapshot holds only topic "c": fewer records than built this image.
+        let mut only_c = MetadataImage::default();
+        CommittedBatch {
+            offset: 0,
+            records: create("c"),
+            snapshot: false,
+        }
+        .apply_to(&mut only_c);
+        CommittedBatch {
+            offset: 9,
+            records: only_c.to_records(),
+            snapshot: true,
+        }
+        .apply_to(&mut image);
+        assert!(image.epoch > before, "{} after {before}", image.epoch);
+        assert!(image.topic("a").is_none() && image.topic("b").is_none());
+        assert_eq!(image.topic("c"), only_c.topic("c"));
     }
 
     fn commit(store: &mut FileMetadataStore, records: Vec<MetadataRecord>) {
