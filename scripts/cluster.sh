@@ -4,8 +4,11 @@
 # has its own data directory, formatted once with one cluster id.
 #
 #   scripts/cluster.sh start [--nodes N] [--cores C]   N nodes (default 3), C shards each (1)
-#   scripts/cluster.sh stop
+#   scripts/cluster.sh stop                            SIGTERM every node
 #   scripts/cluster.sh status                          each node's pid and the controller
+#   scripts/cluster.sh kill N                          SIGKILL node N
+#   scripts/cluster.sh restart N                       start node N again (stopped or killed);
+#                                                      returns once it serves
 #
 # Clients connect to 127.0.0.1:9092 (node 2: 9093, node 3: 9094, ...); controllers listen on
 # 19093, 19094, ... Node N's data is in $CLUSTER_DIR/node-N/data and its log in
@@ -21,10 +24,46 @@ ringlog=${RINGLOG:-${CARGO_TARGET_DIR:-$PWD/target}/release/ringlog}
 client_port=9092
 controller_port=19093
 
-usage() { sed -n '2,12p' "$0"; exit 2; }
+usage() { sed -n '2,15p' "$0"; exit 2; }
 
 nodes_of() { # the node directories that exist, in order
     find "$cluster_dir" -maxdepth 1 -name 'node-*' -type d 2>/dev/null | sort -V
+}
+
+# Starts node $1 in the background with the settings `start` saved, appending to its log.
+launch() {
+    local id=$1 dir="$cluster_dir/node-$1"
+    # shellcheck source=/dev/null
+    . "$cluster_dir/settings"
+    : >>"$dir/node.log"
+    "$ringlog" serve --cores "$cores" \
+        --set "node.id=$id" \
+        --set "log.dirs=$dir/data" \
+        --set "listeners=PLAINTEXT://127.0.0.1:$((client_port + id - 1))" \
+        --set "controller.quorum.voters=$voters" \
+        >>"$dir/node.log" 2>&1 &
+    echo $! >"$dir/pid"
+}
+
+# Waits until node $1 logs that it serves, after line $2 of its log.
+wait_ready() {
+    local id=$1 after=$2 dir="$cluster_dir/node-$1" waited=0
+    until tail -n "+$((after + 1))" "$dir/node.log" | grep -q ' ready '; do
+        if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+            echo "node $id exited; its log:" >&2
+            tail -20 "$dir/node.log" >&2
+            exit 1
+        fi
+        sleep 0.2
+        waited=$((waited + 1))
+        [ "$waited" -lt 600 ] || { echo "node $id not ready in 120 s" >&2; exit 1; }
+    done
+    echo "node $id: 127.0.0.1:$((client_port + id - 1)) (controller 127.0.0.1:$((controller_port + id - 1)))"
+}
+
+log_lines() { # lines in node $1's log so far
+    local log="$cluster_dir/node-$1/node.log"
+    if [ -f "$log" ]; then wc -l <"$log"; else echo 0; fi
 }
 
 start() {
@@ -42,6 +81,7 @@ start() {
     for id in $(seq "$nodes"); do
         voters+="${voters:+,}$id@127.0.0.1:$((controller_port + id - 1))"
     done
+    printf 'voters=%s\ncores=%s\n' "$voters" "$cores" >"$cluster_dir/settings"
     local cluster_id
     if [ -f "$cluster_dir/cluster.id" ]; then
         cluster_id=$(cat "$cluster_dir/cluster.id")
@@ -49,6 +89,7 @@ start() {
         cluster_id=$("$ringlog" random-uuid)
         echo "$cluster_id" >"$cluster_dir/cluster.id"
     fi
+    local -A after
     for id in $(seq "$nodes"); do
         local dir="$cluster_dir/node-$id"
         mkdir -p "$dir"
@@ -56,29 +97,42 @@ start() {
             "$ringlog" format --cluster-id "$cluster_id" \
                 --set "log.dirs=$dir/data" --set "node.id=$id" >/dev/null
         fi
+        after[$id]=$(log_lines "$id")
         # Each node waits for a quorum of the others before it serves: start them all.
-        "$ringlog" serve --cores "$cores" \
-            --set "node.id=$id" \
-            --set "log.dirs=$dir/data" \
-            --set "listeners=PLAINTEXT://127.0.0.1:$((client_port + id - 1))" \
-            --set "controller.quorum.voters=$voters" \
-            >>"$dir/node.log" 2>&1 &
-        echo $! >"$dir/pid"
+        launch "$id"
     done
     for id in $(seq "$nodes"); do
-        local dir="$cluster_dir/node-$id" waited=0
-        until grep -q ' ready ' "$dir/node.log"; do
-            if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-                echo "node $id exited; its log:" >&2
-                tail -20 "$dir/node.log" >&2
-                exit 1
-            fi
-            sleep 0.2
-            waited=$((waited + 1))
-            [ "$waited" -lt 600 ] || { echo "node $id not ready in 120 s" >&2; exit 1; }
-        done
-        echo "node $id: 127.0.0.1:$((client_port + id - 1)) (controller 127.0.0.1:$((controller_port + id - 1)))"
+        wait_ready "$id" "${after[$id]}"
     done
+}
+
+# The pid of node $1 if it runs.
+running() {
+    local pidfile="$cluster_dir/node-$1/pid"
+    [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && cat "$pidfile"
+}
+
+kill_node() {
+    local id=${1:?node id} pid
+    [ -d "$cluster_dir/node-$id" ] || { echo "no node $id" >&2; exit 1; }
+    pid=$(running "$id") || { echo "node $id is not running" >&2; exit 1; }
+    kill -KILL "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    rm -f "$cluster_dir/node-$id/pid"
+    echo "node $id killed"
+}
+
+restart_node() {
+    local id=${1:?node id}
+    [ -f "$cluster_dir/node-$id/data/meta.properties" ] || { echo "no node $id" >&2; exit 1; }
+    if running "$id" >/dev/null; then
+        echo "node $id is running" >&2
+        exit 1
+    fi
+    local after
+    after=$(log_lines "$id")
+    launch "$id"
+    wait_ready "$id" "$after"
 }
 
 stop() {
@@ -107,12 +161,21 @@ status() {
         [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null && state="pid $(cat "$dir/pid")"
         echo "$(basename "$dir"): $state"
     done
-    "$ringlog" cluster describe --bootstrap-server "127.0.0.1:$client_port" 2>/dev/null || true
+    local id
+    for dir in $(nodes_of); do
+        id=${dir##*node-}
+        if running "$id" >/dev/null; then
+            "$ringlog" cluster describe --bootstrap-server "127.0.0.1:$((client_port + id - 1))" \
+                2>/dev/null && return
+        fi
+    done
 }
 
 case ${1:-} in
     start) shift; start "$@" ;;
     stop) stop ;;
     status) status ;;
+    kill) kill_node "${2:-}" ;;
+    restart) restart_node "${2:-}" ;;
     *) usage ;;
 esac
