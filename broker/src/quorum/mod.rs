@@ -7,6 +7,7 @@
 //! ported). Records proposed here are the metadata records of
 //! `crate::metadata`, one batch per entry.
 
+pub mod directories;
 pub mod node;
 pub mod runner;
 pub mod transport;

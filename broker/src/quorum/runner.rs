@@ -15,11 +15,13 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
+use super::directories::VoterDirectories;
 use super::node::{Committed, ProposalId, QuorumError, QuorumNode};
 use super::transport::{Inbound, Membership, Transport};
 use super::wire::Frame;
@@ -156,7 +158,14 @@ impl Quorum {
         let (input, inputs) = flume::unbounded();
         let (committed_tx, committed) = flume::unbounded();
         let (requests_tx, requests) = flume::unbounded();
-        let transport = Transport::start(config.membership.clone(), listener, input.clone())?;
+        std::fs::create_dir_all(&config.dir)?;
+        let directories = VoterDirectories::open(config.dir.join("voter-directories"))?;
+        let transport = Transport::start(
+            config.membership.clone(),
+            Arc::new(directories),
+            listener,
+            input.clone(),
+        )?;
         // The node holds `Rc`s: it is opened, and lives, on its thread.
         let (opened_tx, opened) = flume::bounded(1);
         let thread = std::thread::Builder::new()
@@ -173,7 +182,16 @@ impl Quorum {
                             committed: committed_tx,
                             requests: requests_tx,
                         };
-                        drive(node, outputs, inputs, config.tick);
+                        let driven = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            drive(node, outputs, inputs, config.tick)
+                        }));
+                        if driven.is_err() {
+                            // raft-rs panics where its state is beyond repair (a log that
+                            // lost what it acknowledged): a node that cannot follow the
+                            // metadata log must not go on serving from a stale image.
+                            tracing::error!("the metadata quorum failed; the node stops");
+                            std::process::abort();
+                        }
                     }
                     Err(error) => {
                         let _ = opened_tx.send(Err(error));

@@ -1,7 +1,7 @@
 //! The quorum over real sockets: three voters on loopback ports in one process, each on its
 //! own quorum thread with its own files. They elect a leader, replicate proposals in order,
-//! survive the loss of the leader, take a restarted voter back, and refuse a peer of another
-//! cluster. Every wait is bounded.
+//! survive the loss of the leader, take a restarted voter back, refuse a peer of another
+//! cluster and a voter whose directory was wiped. Every wait is bounded.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -25,6 +25,8 @@ struct Voters {
     running: BTreeMap<u64, Quorum>,
     /// What each voter applied, in order: (index, data).
     applied: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
+    /// Voters started from a new directory (their old one wiped).
+    wiped: BTreeMap<u64, String>,
 }
 
 fn hello(id: u64) -> Hello {
@@ -51,6 +53,7 @@ impl Voters {
             addresses,
             running: BTreeMap::new(),
             applied: BTreeMap::new(),
+            wiped: BTreeMap::new(),
         };
         for (id, listener) in listeners {
             voters.start_on(id, listener);
@@ -62,11 +65,26 @@ impl Voters {
         QuorumConfig {
             dir: self.dir.path().join(id.to_string()),
             membership: Membership {
-                local: hello(id),
+                local: Hello {
+                    directory_id: self
+                        .wiped
+                        .get(&id)
+                        .cloned()
+                        .unwrap_or(hello(id).directory_id),
+                    ..hello(id)
+                },
                 voters: self.addresses.clone(),
             },
             tick: TICK,
         }
+    }
+
+    /// Stops voter `id`, wipes its files, and starts it again from a new directory.
+    fn wipe(&mut self, id: u64) {
+        self.stop(id);
+        std::fs::remove_dir_all(self.dir.path().join(id.to_string())).expect("wipe");
+        self.wiped.insert(id, format!("dir-{id}-new"));
+        self.restart(id);
     }
 
     fn start_on(&mut self, id: u64, listener: TcpListener) {
@@ -259,16 +277,20 @@ fn intrude(address: SocketAddr, hello: Hello, from: u64) -> bool {
     let _ = stream.write_all(&wire::encode(&Frame::Raft(Box::new(WireMessage::from(
         &message,
     )))));
-    // The voter closes a connection it refuses: the read sees the end (or a reset), where
-    // a connection it keeps would only time out.
-    let mut byte = [0u8; 1];
-    match stream.read(&mut byte) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(error) => !matches!(
-            error.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ),
+    // The voter closes a connection it refuses (perhaps after its own hello): the reads
+    // reach the end (or a reset), where on a connection it keeps they would time out.
+    let mut bytes = [0u8; 256];
+    loop {
+        match stream.read(&mut bytes) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error) => {
+                return !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
     }
 }
 
@@ -299,6 +321,67 @@ fn peers_of_another_cluster_or_speaking_for_another_voter_are_refused() {
     let after = voters.running[&leader].status().expect("status");
     assert_eq!(after.term, term, "{after:?}");
     assert_eq!(voters.wait_for_leader(), leader);
+}
+
+#[test]
+fn a_voter_whose_directory_was_wiped_is_not_counted_as_its_old_self() {
+    let mut voters = Voters::start_all(3);
+    for i in 0..5u32 {
+        voters.propose(i.to_le_bytes().to_vec());
+    }
+    voters.wait_applied(5);
+    let leader = voters.wait_for_leader();
+    let wiped = *voters
+        .addresses
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let other = *voters
+        .addresses
+        .keys()
+        .find(|&&id| id != leader && id != wiped)
+        .expect("the third");
+    voters.wipe(wiped);
+    // The other two go on without it (it knows no leader: nobody talks to it).
+    voters.running[&leader]
+        .propose(5u32.to_le_bytes().to_vec())
+        .expect("still leading");
+    let deadline = Instant::now() + WAIT;
+    while voters.running[&leader]
+        .status()
+        .expect("status")
+        .commit_index
+        < 6
+    {
+        assert!(Instant::now() < deadline, "the two intact voters commit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Alone with the wiped voter, the leader has no quorum: it steps down (check-quorum)
+    // and nothing it is asked commits. Counted as its old self, the wiped voter would have
+    // made a majority with it.
+    voters.stop(other);
+    let before = voters.running[&leader]
+        .status()
+        .expect("status")
+        .commit_index;
+    let _ = voters.running[&leader].propose(b"lost".to_vec());
+    std::thread::sleep(TICK * 60);
+    let status = voters.running[&leader].status().expect("status");
+    assert_eq!(status.commit_index, before, "{status:?}");
+    assert_ne!(status.leader, Some(leader), "{status:?}");
+    assert_eq!(
+        voters.running[&wiped]
+            .status()
+            .expect("status")
+            .commit_index,
+        0,
+        "the wiped voter learns nothing"
+    );
+    // Its intact peer back, the quorum works again, still without the wiped voter.
+    voters.restart(other);
+    voters.stop(wiped);
+    voters.propose(b"after".to_vec());
+    voters.wait_applied(7);
 }
 
 #[test]

@@ -3,13 +3,15 @@
 //! their own (a handful of connections carrying kilobytes), never on a shard.
 //!
 //! Every voter dials every other voter and only sends on the connection it dialled; what it
-//! receives arrives on connections it accepted. Raft tolerates loss, duplication and
+//! receives arrives on connections it accepted. Both ends of a connection say hello: the
+//! dialler first, the acceptor once it took the dialler's, and the dialler sends nothing
+//! until the acceptor's hello names the voter it dialled, from its known directory. Raft tolerates loss, duplication and
 //! reordering, so a failed write drops the frame and the connection is dialled anew with a
 //! backoff; a peer's queue is bounded and sheds its oldest frames when the peer is gone.
 //!
 //! Invariants: an accepted connection's first frame is a [`Hello`] that passes
-//! [`Hello::check`] (same cluster, another voter), else it is closed before anything else is
-//! read; every Raft message on it must come `from` the voter it said hello as, else the
+//! [`Hello::check`] (same cluster, another voter) from the directory that voter first spoke
+//! from ([`VoterDirectories`]), else it is closed before anything else is read; every Raft message on it must come `from` the voter it said hello as, else the
 //! connection is closed (a peer cannot speak for another); a frame over the limit or with a
 //! bad checksum closes the connection before its body is allocated; every thread stops
 //! within a poll interval of [`Transport::stop`].
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 use raft::eraftpb::Message;
 
+use super::directories::VoterDirectories;
 use super::wire::{self, Frame, Hello, WireError, WireMessage, HEADER_BYTES};
 
 /// Frames queued for one peer before the oldest are shed.
@@ -35,6 +38,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A peer that sends nothing for this long (not even heartbeats) is dropped.
 const READ_IDLE_MAX: Duration = Duration::from_secs(30);
+/// How long a dialled voter has to answer the hello with its own.
+const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// What arrives from another voter.
 #[derive(Debug)]
@@ -59,6 +64,13 @@ pub struct Membership {
     pub voters: BTreeMap<u64, SocketAddr>,
 }
 
+/// What the connection threads share: who is who, and the directory each voter speaks from.
+#[derive(Clone)]
+struct Peers {
+    membership: Membership,
+    directories: Arc<VoterDirectories>,
+}
+
 impl Membership {
     fn voter_ids(&self) -> Vec<u64> {
         self.voters.keys().copied().collect()
@@ -76,18 +88,24 @@ pub struct Transport {
 
 impl Transport {
     /// Starts accepting on `listener` (this voter's controller listener), handing every
-    /// checked message to `inbound`, and one dialling thread per other voter.
+    /// checked message to `inbound`, and one dialling thread per other voter. Each voter
+    /// must speak from the directory `directories` knows it by.
     pub fn start<T: From<Inbound> + Send + 'static>(
         membership: Membership,
+        directories: Arc<VoterDirectories>,
         listener: TcpListener,
         inbound: flume::Sender<T>,
     ) -> std::io::Result<Transport> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         listener.set_nonblocking(true)?;
+        let shared = Peers {
+            membership: membership.clone(),
+            directories,
+        };
         threads.push(spawn("quorum-accept", {
-            let (membership, stop) = (membership.clone(), stop.clone());
-            move || accept_loop(listener, membership, inbound, stop)
+            let (peers, stop) = (shared.clone(), stop.clone());
+            move || accept_loop(listener, peers, inbound, stop)
         })?);
         let mut peers = BTreeMap::new();
         for (&id, &address) in &membership.voters {
@@ -96,12 +114,14 @@ impl Transport {
             }
             let (sender, receiver) = flume::bounded(PEER_QUEUE_FRAMES);
             peers.insert(id, (sender, receiver.clone()));
-            let hello = wire::encode(&Frame::Hello(membership.local.clone()));
-            let stop = stop.clone();
+            let dialler = Dialler {
+                id,
+                address,
+                peers: shared.clone(),
+                stop: stop.clone(),
+            };
             let name = format!("quorum-peer-{id}");
-            threads.push(spawn(&name, move || {
-                dial_loop(address, hello, receiver, stop)
-            })?);
+            threads.push(spawn(&name, move || dialler.run(receiver))?);
         }
         Ok(Transport {
             peers,
@@ -144,54 +164,79 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> std::io::Result<Jo
     std::thread::Builder::new().name(name.into()).spawn(body)
 }
 
-/// Dials `address` and writes queued frames to it, after the hello, until stopped.
-fn dial_loop(
+/// The sending side of the connection to one other voter.
+struct Dialler {
+    id: u64,
     address: SocketAddr,
-    hello: Vec<u8>,
-    queue: flume::Receiver<Arc<Vec<u8>>>,
+    peers: Peers,
     stop: Arc<AtomicBool>,
-) {
-    let mut backoff = BACKOFF_MIN;
-    let mut connection: Option<TcpStream> = None;
-    while !stop.load(Ordering::Relaxed) {
-        let frame = match queue.recv_timeout(POLL) {
-            Ok(frame) => frame,
-            Err(flume::RecvTimeoutError::Timeout) => continue,
-            Err(flume::RecvTimeoutError::Disconnected) => return,
-        };
-        if connection.is_none() {
-            match dial(address, &hello) {
-                Ok(stream) => {
-                    connection = Some(stream);
-                    backoff = BACKOFF_MIN;
-                }
-                Err(error) => {
-                    tracing::debug!(%address, %error, "quorum peer unreachable");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    continue;
-                }
-            }
-        }
-        let stream = connection.as_mut().expect("connected above");
-        if let Err(error) = stream.write_all(&frame) {
-            tracing::debug!(%address, %error, "quorum peer connection lost");
-            connection = None;
-        }
-    }
 }
 
-fn dial(address: SocketAddr, hello: &[u8]) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)?;
-    stream.set_nodelay(true)?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(hello)?;
-    Ok(stream)
+impl Dialler {
+    /// Dials the voter and writes queued frames to it, after the hellos, until stopped.
+    fn run(self, queue: flume::Receiver<Arc<Vec<u8>>>) {
+        let mut backoff = BACKOFF_MIN;
+        let mut connection: Option<TcpStream> = None;
+        while !self.stop.load(Ordering::Relaxed) {
+            let frame = match queue.recv_timeout(POLL) {
+                Ok(frame) => frame,
+                Err(flume::RecvTimeoutError::Timeout) => continue,
+                Err(flume::RecvTimeoutError::Disconnected) => return,
+            };
+            if connection.is_none() {
+                match self.dial() {
+                    Ok(stream) => {
+                        connection = Some(stream);
+                        backoff = BACKOFF_MIN;
+                    }
+                    Err(error) => {
+                        let address = self.address;
+                        if let ReadError::Wire(WireError::Refused(_)) = error {
+                            tracing::warn!(%address, %error, "quorum peer refused");
+                        } else {
+                            tracing::debug!(%address, %error, "quorum peer unreachable");
+                        }
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        continue;
+                    }
+                }
+            }
+            let stream = connection.as_mut().expect("connected above");
+            if let Err(error) = stream.write_all(&frame) {
+                tracing::debug!(address = %self.address, %error, "quorum peer connection lost");
+                connection = None;
+            }
+        }
+    }
+
+    /// A connection on which both ends said hello, and the voter answering is the one
+    /// dialled, from the directory it is known by.
+    fn dial(&self) -> Result<TcpStream, ReadError> {
+        let mut stream = TcpStream::connect_timeout(&self.address, CONNECT_TIMEOUT)?;
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+        stream.set_read_timeout(Some(POLL))?;
+        let membership = &self.peers.membership;
+        stream.write_all(&wire::encode(&Frame::Hello(membership.local.clone())))?;
+        let Frame::Hello(answer) = read_frame(&mut stream, &self.stop, HELLO_WAIT)? else {
+            return Err(ReadError::NoHello);
+        };
+        answer.check(
+            &membership.local.cluster_id,
+            membership.local.node_id,
+            &[self.id],
+        )?;
+        self.peers
+            .directories
+            .admit(self.id, &answer.directory_id)?;
+        Ok(stream)
+    }
 }
 
 fn accept_loop<T: From<Inbound> + Send + 'static>(
     listener: TcpListener,
-    membership: Membership,
+    peers: Peers,
     inbound: flume::Sender<T>,
     stop: Arc<AtomicBool>,
 ) {
@@ -199,11 +244,14 @@ fn accept_loop<T: From<Inbound> + Send + 'static>(
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
-                let (membership, inbound, stop) =
-                    (membership.clone(), inbound.clone(), stop.clone());
+                let (peers, inbound, stop) = (peers.clone(), inbound.clone(), stop.clone());
                 match spawn("quorum-read", move || {
-                    if let Err(error) = read_peer(stream, &membership, &inbound, &stop) {
-                        tracing::info!(%peer, %error, "quorum connection closed");
+                    match read_peer(stream, &peers, &inbound, &stop) {
+                        Err(error @ ReadError::Wire(WireError::Refused(_))) => {
+                            tracing::warn!(%peer, %error, "quorum connection refused");
+                        }
+                        Err(error) => tracing::info!(%peer, %error, "quorum connection closed"),
+                        Ok(()) => {}
                     }
                 }) {
                     Ok(reader) => readers.push(reader),
@@ -244,22 +292,29 @@ enum ReadError {
 /// Reads one accepted connection: the hello, then Raft messages for `inbound`.
 fn read_peer<T: From<Inbound>>(
     mut stream: TcpStream,
-    membership: &Membership,
+    peers: &Peers,
     inbound: &flume::Sender<T>,
     stop: &AtomicBool,
 ) -> Result<(), ReadError> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(POLL))?;
-    let Frame::Hello(hello) = read_frame(&mut stream, stop)? else {
+    let Frame::Hello(hello) = read_frame(&mut stream, stop, READ_IDLE_MAX)? else {
         return Err(ReadError::NoHello);
     };
+    let membership = &peers.membership;
     hello.check(
         &membership.local.cluster_id,
         membership.local.node_id,
         &membership.voter_ids(),
     )?;
+    peers
+        .directories
+        .admit(hello.node_id, &hello.directory_id)?;
+    // The dialler checks who answers, and from which directory, before it sends anything.
+    stream.set_write_timeout(Some(HELLO_WAIT))?;
+    stream.write_all(&wire::encode(&Frame::Hello(membership.local.clone())))?;
     loop {
-        let received = match read_frame(&mut stream, stop)? {
+        let received = match read_frame(&mut stream, stop, READ_IDLE_MAX)? {
             Frame::Hello(_) => return Err(ReadError::SecondHello),
             Frame::Raft(message) => {
                 let message = Message::try_from(*message)?;
@@ -284,19 +339,25 @@ fn read_peer<T: From<Inbound>>(
     }
 }
 
-fn read_frame(stream: &mut TcpStream, stop: &AtomicBool) -> Result<Frame, ReadError> {
+/// The next frame; gives up when stopped or after `idle_max` without a byte.
+fn read_frame(
+    stream: &mut TcpStream,
+    stop: &AtomicBool,
+    idle_max: Duration,
+) -> Result<Frame, ReadError> {
     let mut header = [0u8; HEADER_BYTES];
-    read_exact(stream, &mut header, stop)?;
+    read_exact(stream, &mut header, stop, idle_max)?;
     let mut body = vec![0u8; wire::body_len(header)?];
-    read_exact(stream, &mut body, stop)?;
+    read_exact(stream, &mut body, stop, idle_max)?;
     Ok(wire::decode_body(header, &body)?)
 }
 
-/// `read_exact` that gives up when stopped or after `READ_IDLE_MAX` without a byte.
+/// `read_exact` that gives up when stopped or after `idle_max` without a byte.
 fn read_exact(
     stream: &mut TcpStream,
     mut out: &mut [u8],
     stop: &AtomicBool,
+    idle_max: Duration,
 ) -> Result<(), ReadError> {
     let mut idle = Duration::ZERO;
     while !out.is_empty() {
@@ -316,7 +377,7 @@ fn read_exact(
                 ) =>
             {
                 idle += POLL;
-                if idle >= READ_IDLE_MAX {
+                if idle >= idle_max {
                     return Err(error.into());
                 }
             }
