@@ -244,8 +244,15 @@ async fn shard_main(
         }
         None => stopped.await,
     }
-    for task in [follower, heartbeats].into_iter().flatten() {
-        task.cancel();
+    // No heartbeat may follow the controlled shutdown: it would say the broker is back.
+    if let Some(heartbeats) = heartbeats {
+        heartbeats.cancel();
+    }
+    if shard.controller.is_some() {
+        Controller::shut_down_controlled(&shard).await;
+    }
+    if let Some(follower) = follower {
+        follower.cancel();
     }
     flusher.cancel();
     retention.cancel();

@@ -4,7 +4,8 @@
 //! node that is not the controller forwards its clients' admin changes there and answers
 //! once it serves their outcome itself, and when the
 //! controller is killed the other two elect another one, which takes changes, and the
-//! killed node comes back and catches up. Every wait is bounded.
+//! killed node comes back and catches up; a node stopped by SIGTERM hands its leaderships
+//! back before it exits. Every wait is bounded.
 
 mod common;
 
@@ -443,4 +444,26 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     wait_for(|| {
         (broker_ids(&metadata(&mut cluster.client(controller), &[])) == [1, 2, 3]).then_some(())
     });
+
+    // A SIGTERM is a controlled shutdown: the stopping broker has the controller take its
+    // leaderships away before it exits, so its partition is leaderless the moment it is
+    // gone, not a session later.
+    let active = cluster.controller();
+    let (&led, &leaving) = spread
+        .iter()
+        .find(|(_, &leader)| leader != active)
+        .expect("a partition led by another node");
+    wait_for(|| (partitions(&cluster, active, "spread")[&led].1 == leaving).then_some(()));
+    let _stopped: Stopped = cluster.nodes.remove(&leaving).expect("running").stop();
+    let state = partitions(&cluster, active, "spread")[&led];
+    assert_eq!(
+        state.1, -1,
+        "partition {led} after broker {leaving} stopped"
+    );
+    assert_eq!(state.0, ResponseError::LeaderNotAvailable.code());
+    assert_eq!(
+        broker_ids(&metadata(&mut cluster.client(active), &[])).len(),
+        2,
+        "the stopped broker is fenced"
+    );
 }

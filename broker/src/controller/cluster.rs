@@ -29,6 +29,8 @@ use crate::shard_state::Shard;
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(20);
 /// How long a forwarded request, or waiting to see its outcome in the log, may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a stopping node waits for the controller to move its leaderships away.
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a node asks of the active controller.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +53,13 @@ pub enum ForwardedRequest {
     CreateTopic(TopicSpec),
     /// Broker `broker_id`, incarnation `broker_epoch`, is alive (Kafka's BrokerHeartbeat).
     Heartbeat {
+        broker_id: i32,
+        broker_epoch: i64,
+    },
+    /// Broker `broker_id`, incarnation `broker_epoch`, is stopping (Kafka's controlled
+    /// shutdown): its leaderships go to other ISR members, or none, and it is fenced now
+    /// rather than a session later.
+    ControlledShutdown {
         broker_id: i32,
         broker_epoch: i64,
     },
@@ -208,6 +217,13 @@ impl Controller {
                 broker_id,
                 broker_epoch,
             } => self.heartbeat(broker_id, broker_epoch).await,
+            ForwardedRequest::ControlledShutdown {
+                broker_id,
+                broker_epoch,
+            } => {
+                self.fence(broker_id, broker_epoch, true).await?;
+                Ok(broker_epoch)
+            }
             admin => {
                 let Some(shard) = shard else {
                     return Err(Refusal::new(
@@ -298,7 +314,8 @@ impl Controller {
         self.heartbeats
             .borrow_mut()
             .insert(broker_id, Instant::now());
-        if broker.fenced {
+        // A broker that said it stops stays fenced: a heartbeat it sent before is late.
+        if broker.fenced && !broker.in_controlled_shutdown {
             self.unfence(broker_id, broker_epoch).await?;
         }
         Ok(broker_epoch)
@@ -330,32 +347,7 @@ impl Controller {
         };
         for (broker_id, broker_epoch) in silent {
             tracing::warn!(broker_id, "fencing a broker not heard from for a session");
-            let mut records = vec![MetadataRecord::BrokerRegistrationChange(
-                BrokerRegistrationChangeRecord {
-                    broker_id,
-                    broker_epoch,
-                    fenced: Some(true),
-                    in_controlled_shutdown: None,
-                },
-            )];
-            let live: Vec<i32> = controller
-                .proposed
-                .borrow()
-                .live_brokers()
-                .map(|b| b.id)
-                .filter(|&id| id != broker_id)
-                .collect();
-            records.extend(controller.leader_changes(|state| {
-                (state.leader == broker_id).then(|| {
-                    state
-                        .isr
-                        .iter()
-                        .copied()
-                        .find(|id| live.contains(id))
-                        .unwrap_or(NO_LEADER)
-                })
-            }));
-            match controller.commit(records).await {
+            match controller.fence(broker_id, broker_epoch, false).await {
                 Ok(()) => {
                     if let Err(refusal) = Controller::publish(shard, None).await {
                         tracing::warn!(message = refusal.message, "publishing a fencing");
@@ -367,6 +359,85 @@ impl Controller {
                     "fencing a silent broker"
                 ),
             }
+        }
+    }
+
+    /// Fences incarnation `broker_epoch` of broker `broker_id` (marked as shutting down if
+    /// `controlled`), and gives each partition it led another live member of its ISR as
+    /// leader, or none (it was the only one).
+    async fn fence(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+        controlled: bool,
+    ) -> Result<(), Refusal> {
+        let current = self
+            .proposed
+            .borrow()
+            .brokers
+            .get(&broker_id)
+            .map(|b| b.epoch);
+        if current != Some(broker_epoch) {
+            return Err(Refusal::new(
+                ResponseError::StaleBrokerEpoch,
+                format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
+            ));
+        }
+        let mut records = vec![MetadataRecord::BrokerRegistrationChange(
+            BrokerRegistrationChangeRecord {
+                broker_id,
+                broker_epoch,
+                fenced: Some(true),
+                in_controlled_shutdown: controlled.then_some(true),
+            },
+        )];
+        let live: Vec<i32> = self
+            .proposed
+            .borrow()
+            .live_brokers()
+            .map(|b| b.id)
+            .filter(|&id| id != broker_id)
+            .collect();
+        records.extend(self.leader_changes(|state| {
+            (state.leader == broker_id).then(|| {
+                state
+                    .isr
+                    .iter()
+                    .copied()
+                    .find(|id| live.contains(id))
+                    .unwrap_or(NO_LEADER)
+            })
+        }));
+        self.commit(records).await
+    }
+
+    /// Shard 0 of a node in a quorum that is stopping: asks the active controller to take
+    /// this broker's leaderships away and fence it, so that clients move on now rather than
+    /// a session later. Best effort within `CONTROLLED_SHUTDOWN_TIMEOUT`: a node that
+    /// cannot reach a controller is fenced for its silence instead.
+    pub async fn shut_down_controlled(shard: &Rc<Shard>) {
+        let controller = Self::of(shard);
+        if controller.quorum.is_none() {
+            return;
+        }
+        let node = shard.config.node_id;
+        let request = ForwardedRequest::ControlledShutdown {
+            broker_id: node,
+            broker_epoch: controller.broker_epoch(node),
+        };
+        let asked = controller.execute_or_forward(Some(shard), request);
+        let timeout = glommio::timer::sleep(CONTROLLED_SHUTDOWN_TIMEOUT);
+        match futures_lite::future::or(async { Some(asked.await) }, async {
+            timeout.await;
+            None
+        })
+        .await
+        {
+            Some(Ok(_)) => tracing::info!("leaderships moved away: a controlled shutdown"),
+            Some(Err(refusal)) => {
+                tracing::warn!(message = refusal.message, "no controlled shutdown")
+            }
+            None => tracing::warn!("no controlled shutdown: the controller did not answer"),
         }
     }
 
