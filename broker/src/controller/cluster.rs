@@ -19,8 +19,8 @@ use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 
 use super::{Controller, Refusal, TopicSpec};
-use crate::metadata::records::{BrokerEndpoint, BrokerRegistrationChangeRecord};
-use crate::metadata::{MetadataRecord, NO_LEADER};
+use crate::metadata::records::BrokerEndpoint;
+use crate::metadata::NO_LEADER;
 use crate::quorum::runner::ForwardRequest;
 use crate::quorum::QuorumStatus;
 use crate::shard_state::Shard;
@@ -371,26 +371,12 @@ impl Controller {
         broker_epoch: i64,
         controlled: bool,
     ) -> Result<(), Refusal> {
-        let current = self
-            .proposed
-            .borrow()
-            .brokers
-            .get(&broker_id)
-            .map(|b| b.epoch);
-        if current != Some(broker_epoch) {
-            return Err(Refusal::new(
-                ResponseError::StaleBrokerEpoch,
-                format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
-            ));
-        }
-        let mut records = vec![MetadataRecord::BrokerRegistrationChange(
-            BrokerRegistrationChangeRecord {
-                broker_id,
-                broker_epoch,
-                fenced: Some(true),
-                in_controlled_shutdown: controlled.then_some(true),
-            },
-        )];
+        let mut records = vec![self.registration_change(
+            broker_id,
+            broker_epoch,
+            true,
+            controlled.then_some(true),
+        )?];
         let live: Vec<i32> = self
             .proposed
             .borrow()

@@ -230,8 +230,15 @@ impl Controller {
         Controller::publish(shard, None).await
     }
 
-    /// Unfences incarnation `broker_epoch` of broker `broker_id`.
-    async fn unfence(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+    /// The record that fences (or unfences) incarnation `broker_epoch` of broker
+    /// `broker_id`, if that is its current incarnation.
+    fn registration_change(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+        fenced: bool,
+        in_controlled_shutdown: Option<bool>,
+    ) -> Result<MetadataRecord, Refusal> {
         let current = self
             .proposed
             .borrow()
@@ -244,14 +251,19 @@ impl Controller {
                 format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
             ));
         }
-        let mut records = vec![MetadataRecord::BrokerRegistrationChange(
+        Ok(MetadataRecord::BrokerRegistrationChange(
             BrokerRegistrationChangeRecord {
                 broker_id,
                 broker_epoch,
-                fenced: Some(false),
-                in_controlled_shutdown: None,
+                fenced: Some(fenced),
+                in_controlled_shutdown,
             },
-        )];
+        ))
+    }
+
+    /// Unfences incarnation `broker_epoch` of broker `broker_id`.
+    async fn unfence(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+        let mut records = vec![self.registration_change(broker_id, broker_epoch, false, None)?];
         // Partitions left without a leader while it was gone take it back, if it is in
         // their ISR.
         records.extend(self.leader_changes(|state| {
