@@ -116,6 +116,19 @@ impl Cluster {
         self.nodes[&id].connect()
     }
 
+    /// Waits until every running node gives the same account of the cluster: its brokers,
+    /// every topic's id, and each partition's leader, epochs, replicas and ISR.
+    fn wait_agreed(&self) {
+        wait_for(|| {
+            let accounts: Vec<String> = self
+                .nodes
+                .keys()
+                .map(|&id| account(&mut self.client(id)))
+                .collect();
+            accounts.iter().all(|a| *a == accounts[0]).then_some(())
+        });
+    }
+
     /// The controller every running node names, once they agree and it is one of them.
     fn controller(&self) -> i32 {
         wait_for(|| {
@@ -214,6 +227,32 @@ fn config(client: &mut Client, topic: &str, key: &str) -> Option<String> {
     };
     let found = answer.results[0].configs.first()?;
     found.value.as_ref().map(|v| v.to_string())
+}
+
+/// A node's Metadata for everything, in a canonical order: equal on two nodes exactly
+/// when their images agree on what clients see.
+fn account(client: &mut Client) -> String {
+    let request = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
+    let ResponseKind::Metadata(answer) = client.call(12, RequestKind::Metadata(request)) else {
+        unreachable!()
+    };
+    let mut lines = vec![format!("brokers {:?}", broker_ids(&answer))];
+    for topic in &answer.topics {
+        for p in &topic.partitions {
+            lines.push(format!(
+                "{:?} {} {} leader {} epoch {} replicas {:?} isr {:?}",
+                topic.name,
+                topic.topic_id,
+                p.partition_index,
+                p.leader_id.0,
+                p.leader_epoch,
+                p.replica_nodes,
+                p.isr_nodes
+            ));
+        }
+    }
+    lines.sort();
+    lines.join("\n")
 }
 
 /// The topics a node's Metadata lists (asking for all of them creates none).
@@ -365,6 +404,7 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
         let seen = wait_for(|| leaders(&cluster, id, "spread"));
         assert_eq!(seen, spread, "node {id}");
     }
+    cluster.wait_agreed();
     let mut led: Vec<i32> = spread.values().copied().collect();
     led.sort_unstable();
     assert_eq!(led, [1, 2, 3], "one partition led by each broker");
@@ -396,8 +436,13 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
         .find(|(_, &leader)| leader == controller)
         .expect("a partition of the killed node")
         .0;
+    let killed_at = Instant::now();
     let _killed: Stopped = cluster.nodes.remove(&controller).expect("running").kill();
     let successor = cluster.controller();
+    eprintln!(
+        "a new active controller (node {successor}) {:?} after the kill of node {controller}",
+        killed_at.elapsed()
+    );
     assert_ne!(successor, controller);
     wait_for(|| {
         (broker_ids(&metadata(&mut cluster.client(successor), &[])).len() == 2).then_some(())
@@ -425,6 +470,7 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
         }),
         0
     );
+    cluster.wait_agreed();
     // The survivors replaced their logs by snapshots meanwhile.
     for &id in cluster.nodes.keys() {
         let snapshot = cluster.dirs[&id].join("data/__cluster_metadata/raft/snapshot");
@@ -444,6 +490,7 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     wait_for(|| {
         (broker_ids(&metadata(&mut cluster.client(controller), &[])) == [1, 2, 3]).then_some(())
     });
+    cluster.wait_agreed();
 
     // A SIGTERM is a controlled shutdown: the stopping broker has the controller take its
     // leaderships away before it exits, so its partition is leaderless the moment it is
@@ -466,4 +513,5 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
         2,
         "the stopped broker is fenced"
     );
+    cluster.wait_agreed();
 }

@@ -277,8 +277,12 @@ fn intrude(address: SocketAddr, hello: Hello, from: u64) -> bool {
     let _ = stream.write_all(&wire::encode(&Frame::Raft(Box::new(WireMessage::from(
         &message,
     )))));
-    // The voter closes a connection it refuses (perhaps after its own hello): the reads
-    // reach the end (or a reset), where on a connection it keeps they would time out.
+    is_closed(&mut stream)
+}
+
+/// Whether the voter closes `stream` (perhaps after its own hello): the reads reach the end
+/// (or a reset), where on a connection it keeps they would time out.
+fn is_closed(stream: &mut TcpStream) -> bool {
     let mut bytes = [0u8; 256];
     loop {
         match stream.read(&mut bytes) {
@@ -295,7 +299,7 @@ fn intrude(address: SocketAddr, hello: Hello, from: u64) -> bool {
 }
 
 #[test]
-fn peers_of_another_cluster_or_speaking_for_another_voter_are_refused() {
+fn garbage_and_peers_of_another_cluster_or_speaking_for_another_voter_are_refused() {
     let mut voters = Voters::start_all(3);
     for i in 0..5u32 {
         voters.propose(i.to_le_bytes().to_vec());
@@ -316,7 +320,21 @@ fn peers_of_another_cluster_or_speaking_for_another_voter_are_refused() {
         intrude(target, hello(2), 3),
         "voter 2 speaking as 3 is closed"
     );
-    // Neither disturbed the quorum: the huge term they carried was never taken.
+    // Garbage, a frame that claims 4 GiB, and a hello cut short are closed as well.
+    for junk in [
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        [u32::MAX.to_le_bytes(), [0; 4]].concat(),
+        wire::encode(&Frame::Hello(hello(2)))[..10].to_vec(),
+    ] {
+        let mut stream = TcpStream::connect(target).expect("connect");
+        // Past the 2 s a voter gives a hello to arrive whole.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        stream.write_all(&junk).expect("write");
+        assert!(is_closed(&mut stream), "{junk:?} is closed");
+    }
+    // None disturbed the quorum: the huge term they carried was never taken.
     std::thread::sleep(TICK * 20);
     let after = voters.running[&leader].status().expect("status");
     assert_eq!(after.term, term, "{after:?}");

@@ -38,7 +38,7 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A peer that sends nothing for this long (not even heartbeats) is dropped.
 const READ_IDLE_MAX: Duration = Duration::from_secs(30);
-/// How long a dialled voter has to answer the hello with its own.
+/// How long either end of a new connection has to say hello.
 const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// What arrives from another voter.
@@ -298,7 +298,8 @@ fn read_peer<T: From<Inbound>>(
 ) -> Result<(), ReadError> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(POLL))?;
-    let Frame::Hello(hello) = read_frame(&mut stream, stop, READ_IDLE_MAX)? else {
+    // A hello is a few dozen bytes: one that has not come whole by then never will.
+    let Frame::Hello(hello) = read_frame(&mut stream, stop, HELLO_WAIT)? else {
         return Err(ReadError::NoHello);
     };
     let membership = &peers.membership;
