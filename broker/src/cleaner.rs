@@ -113,10 +113,7 @@ struct Settings {
 
 /// The topic's cleaning settings, or `None` when its cleanup policy does not compact.
 fn settings_of(shard: &Shard, topic: &TopicMeta) -> Option<Settings> {
-    let policy = shard
-        .topic_setting(topic, "cleanup.policy")
-        .unwrap_or("delete");
-    if !policy.split(',').any(|p| p.trim() == "compact") {
+    if !shard.cleans_by(topic, "compact") {
         return None;
     }
     let ms = |key: &str, fallback: i64| {

@@ -49,10 +49,7 @@ pub async fn enforce_once(shard: &Shard) -> Deleted {
 
 /// The topic's retention, or `None` when its cleanup policy does not delete.
 fn retention_of(shard: &Shard, topic: &TopicMeta) -> Option<Retention> {
-    let policy = shard
-        .topic_setting(topic, "cleanup.policy")
-        .unwrap_or("delete");
-    if !policy.split(',').any(|p| p.trim() == "delete") {
+    if !shard.cleans_by(topic, "delete") {
         return None;
     }
     let limit = |key: &str| {

@@ -229,6 +229,23 @@ impl Shard {
             .map(String::as_str)
     }
 
+    /// Whether `topic`'s `cleanup.policy` (its own, else the broker's default) includes
+    /// `policy` (`delete` or `compact`).
+    pub fn cleans_by(&self, topic: &TopicMeta, policy: &str) -> bool {
+        self.topic_setting(topic, "cleanup.policy")
+            .unwrap_or("delete")
+            .split(',')
+            .any(|p| p.trim() == policy)
+    }
+
+    /// Whether the topic named `name` is compacted (`cleanup.policy` includes `compact`).
+    pub fn compacts(&self, name: &str) -> bool {
+        let image = self.image.borrow();
+        image
+            .topic(name)
+            .is_some_and(|topic| self.cleans_by(topic, "compact"))
+    }
+
     /// Every partition this shard owns, with its topic's name.
     pub fn owned_partitions_by_topic(&self) -> Vec<(String, Rc<Partition>)> {
         let partitions = self.partitions.borrow();

@@ -9,7 +9,8 @@
 //! after a `kill -9` and a restart, the same. A `compact,delete` topic is cleaned too, and a
 //! `delete` topic is not. `__consumer_offsets` is compacted as well: six commits of one
 //! group's offset, each rolled into a segment of its own, leave two records, and the
-//! committed offset replays from them after a restart.
+//! committed offset replays from them after a restart. A compacted topic refuses a batch
+//! holding a record without key, naming those records (KIP-467).
 
 mod common;
 
@@ -33,7 +34,26 @@ const SETTINGS: &[&str] = &["log.cleaner.backoff.ms=100"];
 
 /// One record, `key` → `value`, in a batch of its own.
 fn keyed(key: &str, value: &str) -> Bytes {
-    let record = Record {
+    batch_of(&[(Some(key), value)], Compression::None)
+}
+
+/// One batch of the records `key → value` (`None`: no key), compressed with `compression`.
+fn batch_of(records: &[(Option<&str>, &str)], compression: Compression) -> Bytes {
+    let records: Vec<Record> = (0..)
+        .zip(records)
+        .map(|(offset, &(key, value))| record_of(offset, key, value))
+        .collect();
+    let mut out = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut out, &records, &options).expect("batch encodes");
+    out.freeze()
+}
+
+fn record_of(offset: i64, key: Option<&str>, value: &str) -> Record {
+    Record {
         transactional: false,
         control: false,
         partition_leader_epoch: 0,
@@ -41,20 +61,13 @@ fn keyed(key: &str, value: &str) -> Bytes {
         producer_id: -1,
         producer_epoch: -1,
         timestamp_type: TimestampType::Creation,
-        offset: 0,
+        offset,
         sequence: -1,
         timestamp: 1_700_000_000_000,
-        key: Some(Bytes::from(key.to_string())),
+        key: key.map(|key| Bytes::from(key.to_string())),
         value: Some(Bytes::from(value.to_string())),
         headers: Default::default(),
-    };
-    let mut out = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut out, &[record], &options).expect("batch encodes");
-    out.freeze()
+    }
 }
 
 /// Every record of partition 0 of `topic` below its high watermark, as (offset, key, value),
@@ -242,4 +255,61 @@ fn consumer_offsets_are_cleaned_too() {
         5,
         "replayed after cleaning"
     );
+}
+
+/// The whole answer to a Produce (v9) of `records` to partition 0 of `topic`.
+fn produce_answer_of(
+    client: &mut Client,
+    topic: &str,
+    records: Bytes,
+) -> kafka_protocol::messages::produce_response::PartitionProduceResponse {
+    let request = common::produce_request(topic, 0, records, 1);
+    let ResponseKind::Produce(mut answer) = client.call(9, RequestKind::Produce(request)) else {
+        unreachable!()
+    };
+    answer.responses.remove(0).partition_responses.remove(0)
+}
+
+#[test]
+fn a_compacted_topic_refuses_a_batch_with_a_record_without_key() {
+    let node = Node::start(SETTINGS);
+    let mut client = node.connect();
+    create_topic(&mut client, "users", 1, &[("cleanup.policy", "compact")]);
+    create_topic(
+        &mut client,
+        "both",
+        1,
+        &[("cleanup.policy", "compact,delete")],
+    );
+    create_topic(&mut client, "events", 1, &[]);
+    let mixed = [(Some("a"), "1"), (None, "2"), (Some("b"), "3"), (None, "4")];
+    // (Compressed batches are decoded first: storage tests keyless_records with every codec.)
+    for topic in ["users", "both"] {
+        let answer = produce_answer_of(&mut client, topic, batch_of(&mixed, Compression::None));
+        assert_eq!(
+            answer.error_code,
+            kafka_protocol::error::ResponseError::InvalidRecord.code(),
+            "{topic}"
+        );
+        let places: Vec<i32> = answer.record_errors.iter().map(|e| e.batch_index).collect();
+        assert_eq!(places, [1, 3], "{topic}: the records without key");
+        let message = answer.error_message.expect("a message").to_string();
+        assert!(message.contains("without key"), "{message}");
+    }
+    // Refused whole: nothing of it was stored, and a batch with every key lands at 0.
+    let keyed_only = [(Some("a"), "1"), (Some("b"), "2")];
+    let answer = produce_answer_of(
+        &mut client,
+        "users",
+        batch_of(&keyed_only, Compression::None),
+    );
+    assert_eq!((answer.error_code, answer.base_offset), (0, 0));
+    assert_eq!(
+        read_records(&mut client, "users"),
+        [record(0, "a", "1"), record(1, "b", "2")]
+    );
+    // A topic that only deletes takes records without key.
+    let answer = produce_answer_of(&mut client, "events", batch_of(&mixed, Compression::None));
+    assert_eq!((answer.error_code, answer.base_offset), (0, 0));
+    assert!(answer.record_errors.is_empty());
 }

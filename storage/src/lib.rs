@@ -72,6 +72,31 @@ mod time_index;
 #[cfg(test)]
 mod log_tests;
 
+/// The records of `records` (the record batches of one Produce partition) that have no key,
+/// by their place counted over all of them: what a compacted topic refuses (Kafka's
+/// INVALID_RECORD with record errors, KIP-467). A batch whose header does not parse is left
+/// to the append's own checks; `None` when a batch's records cannot be decoded.
+pub fn keyless_records(records: &[u8]) -> Option<Vec<i32>> {
+    let mut keyless = Vec::new();
+    let (mut at, mut before) = (0usize, 0i32);
+    while at < records.len() {
+        let Ok(header) = batch::BatchHeader::parse(&records[at..]) else {
+            break;
+        };
+        let end = at
+            .checked_add(header.total_bytes())
+            .filter(|&end| end <= records.len());
+        let Some(end) = end else {
+            break;
+        };
+        let places = compact::keyless_records(&records[at..end], &header).ok()?;
+        keyless.extend(places.into_iter().map(|place| before + place));
+        before = before.saturating_add(header.record_count.max(0));
+        at = end;
+    }
+    Some(keyless)
+}
+
 pub use crate::cache::BatchCache;
 pub use crate::checkpoint::{
     OffsetCheckpoint, PartitionOffset, REPLICATION_OFFSET_CHECKPOINT_FILE,

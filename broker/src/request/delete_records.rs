@@ -70,10 +70,7 @@ async fn delete_on_owner(
     if let Err(error_code) = partition.check_leader(-1, true) {
         return refused(index, error_code);
     }
-    let deletes = shard
-        .topic_setting(meta, "cleanup.policy")
-        .is_some_and(|policy| policy.split(',').any(|p| p.trim() == "delete"));
-    if !deletes {
+    if !shard.cleans_by(meta, "delete") {
         return refused(index, code(ResponseError::PolicyViolation));
     }
     let high_watermark = partition.high_watermark();

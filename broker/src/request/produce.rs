@@ -14,6 +14,9 @@
 //! partition in the order they arrived, even when an owner's inbox or a partition's write
 //! queue is full.
 //!
+//! A compacted topic refuses a batch with a record that has no key: INVALID_RECORD, with
+//! the offending records in the answer's record errors (KIP-467).
+//!
 //! A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER with, from v10, the
 //! leader it knows and that leader's endpoint (KIP-951), so the client need not ask Metadata.
 //!
@@ -28,7 +31,8 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -185,6 +189,44 @@ fn leader_endpoints(shard: &Shard, response: &ProduceResponse) -> Vec<NodeEndpoi
         .collect()
 }
 
+/// The answer refusing `records` for a partition of `topic` if the topic is compacted and
+/// a record has no key: INVALID_RECORD naming each such record (KIP-467, Produce v8+), the
+/// batch refused whole as Kafka refuses it; CORRUPT_MESSAGE if its records cannot be read.
+fn refuse_keyless(
+    shard: &Shard,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+) -> Option<PartitionProduceResponse> {
+    if !shard.compacts(topic) {
+        return None;
+    }
+    let refused = no_append(partition);
+    let Some(keyless) = storage::keyless_records(records) else {
+        return Some(refused.with_error_code(code(ResponseError::CorruptMessage)));
+    };
+    if keyless.is_empty() {
+        return None;
+    }
+    let message = format!(
+        "Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+    );
+    let record_errors = keyless
+        .into_iter()
+        .map(|batch_index| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(batch_index)
+                .with_batch_index_error_message(Some(StrBytes::from_string(message.clone())))
+        })
+        .collect();
+    Some(
+        refused
+            .with_error_code(code(ResponseError::InvalidRecord))
+            .with_error_message(Some(StrBytes::from_string(message)))
+            .with_record_errors(record_errors),
+    )
+}
+
 /// A partition's answer before (or without) an append.
 fn no_append(index: i32) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
@@ -206,12 +248,18 @@ fn append_on_owner(
     let queued: Vec<_> = parts
         .into_iter()
         .map(|part| {
+            let refused = |error| no_append(part.partition).with_error_code(code(error));
             let queued = match (shard.partition(&part.topic, part.partition), part.records) {
-                (None, _) => Err(code(ResponseError::UnknownTopicOrPartition)),
-                (Some(_), None) => Err(code(ResponseError::CorruptMessage)),
+                (None, _) => Err(refused(ResponseError::UnknownTopicOrPartition)),
+                (Some(_), None) => Err(refused(ResponseError::CorruptMessage)),
                 (Some(partition), Some(records)) => {
-                    let append = partition.queue_append(records, now);
-                    Ok((partition, append))
+                    match refuse_keyless(&shard, &part.topic, part.partition, &records) {
+                        Some(refusal) => Err(refusal),
+                        None => {
+                            let append = partition.queue_append(records, now);
+                            Ok((partition, append))
+                        }
+                    }
                 }
             };
             (part.slot, part.partition, queued)
@@ -223,7 +271,7 @@ fn append_on_owner(
         for (slot, index, queued) in queued {
             let mut answer = no_append(index);
             match queued {
-                Err(error_code) => answer.error_code = error_code,
+                Err(refusal) => answer = refusal,
                 Ok((partition, append)) => {
                     let outcome = append.await;
                     answer.error_code = outcome.error_code;

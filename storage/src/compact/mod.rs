@@ -15,7 +15,7 @@ mod offset_map;
 mod records;
 
 pub(crate) use self::offset_map::OffsetMap;
-pub(crate) use self::records::{filter_batch, for_each_record, Filtered};
+pub(crate) use self::records::{filter_batch, for_each_record, keyless_records, Filtered};
 
 #[cfg(test)]
 pub(crate) mod test_records;

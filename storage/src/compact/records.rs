@@ -74,6 +74,21 @@ pub(crate) fn for_each_record(
     Ok(())
 }
 
+/// The places (0-based, in batch order) of the records of `batch` (one whole batch) that
+/// have no key: what a compacted topic refuses. A control batch has none.
+pub(crate) fn keyless_records(batch: &[u8], header: &BatchHeader) -> Result<Vec<i32>, DecodeError> {
+    if header.is_control() {
+        return Ok(Vec::new());
+    }
+    let data = records_data(batch, header)?;
+    let records = parse_records(header, &data)?;
+    Ok((0..)
+        .zip(&records)
+        .filter(|(_, record)| record.info.key.is_none())
+        .map(|(place, _)| place)
+        .collect())
+}
+
 /// Keeps the records of `batch` for which `retain` says so; a batch left with no record
 /// stays (empty) if `keep_empty`, for the producer state it carries. Control batches
 /// (transaction markers) and transactional batches are kept whole and add no key to the
@@ -220,4 +235,56 @@ fn encode(batch: &[u8], header: &BatchHeader, kept: &[&Record]) -> Result<Vec<u8
     let crc = crc32c::crc32c(&out[CRC_FROM..]);
     out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_records::{encode_keyed_batch, KeyedBatch};
+    use super::*;
+
+    #[test]
+    fn keyless_records_are_found_in_plain_and_compressed_batches_and_counted_across_batches() {
+        let records = vec![
+            (Some(&b"k1"[..]), Some(&b"v"[..])),
+            (None, Some(&b"v"[..])),
+            (Some(&b"k2"[..]), None),
+            (None, None),
+        ];
+        for codec in [0, 1, 2, 3, 4] {
+            let batch = encode_keyed_batch(&KeyedBatch {
+                records: records.clone(),
+                codec,
+                ..KeyedBatch::default()
+            });
+            let header = BatchHeader::parse(&batch).expect("header");
+            assert_eq!(
+                keyless_records(&batch, &header),
+                Ok(vec![1, 3]),
+                "codec {codec}"
+            );
+        }
+        let keyed = encode_keyed_batch(&KeyedBatch {
+            records: vec![(Some(&b"k"[..]), Some(&b"v"[..])); 2],
+            ..KeyedBatch::default()
+        });
+        let keyless = encode_keyed_batch(&KeyedBatch {
+            records: vec![(None, Some(&b"v"[..]))],
+            codec: 3,
+            ..KeyedBatch::default()
+        });
+        assert_eq!(crate::keyless_records(&keyed), Some(vec![]));
+        assert_eq!(
+            crate::keyless_records(&[keyed.clone(), keyless].concat()),
+            Some(vec![2])
+        );
+        // A corrupt compressed payload cannot be checked.
+        let mut corrupt = encode_keyed_batch(&KeyedBatch {
+            records: records.clone(),
+            codec: 1,
+            ..KeyedBatch::default()
+        });
+        let last = corrupt.len() - 3;
+        corrupt[BATCH_HEADER_BYTES..last].fill(0xAB);
+        assert_eq!(crate::keyless_records(&corrupt), None);
+    }
 }
