@@ -367,3 +367,22 @@ def test_describe_configs_of_a_missing_topic_is_unknown_topic(broker):
     with pytest.raises(KafkaException) as err:
         a.describe_configs([res])[res].result(30)
     assert err.value.args[0].code() == 3, f"expected UNKNOWN_TOPIC_OR_PARTITION: {err.value}"
+
+
+def test_a_compacted_topic_refuses_records_without_key(broker):
+    """KIP-467: the delivery of a keyless record to a compacted topic fails with
+    INVALID_RECORD (librdkafka does not retry it), and nothing of its batch is stored;
+    keyed records go on."""
+    topic = unique_topic("compacted")
+    create_topic(broker.bootstrap, topic, 1, config={"cleanup.policy": "compact"})
+    p = producer(broker.bootstrap, **{"linger.ms": 0, "acks": "1"})
+    failures = []
+    p.produce(topic, value=b"no key", partition=0,
+              on_delivery=lambda err, msg: failures.append(err))
+    assert p.flush(30) == 0
+    assert len(failures) == 1 and failures[0] is not None, failures
+    assert failures[0].code() == KafkaError.INVALID_RECORD, failures[0]
+    reports = produce_all(p, [{"topic": topic, "key": b"k", "value": b"v", "partition": 0}])
+    assert reports[0].offset == 0, "the refused batch took no offset"
+    records = consume_all(broker.bootstrap, topic, 1)[0]
+    assert [(r.key, r.value) for r in records] == [(b"k", b"v")]
