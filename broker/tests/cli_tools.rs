@@ -658,3 +658,85 @@ fn cluster_describe_names_the_cluster_its_controller_and_its_brokers() {
         format!("\tVoter: 1\tLogEndOffset: {high_watermark}\tLag: 0")
     );
 }
+
+#[test]
+fn delete_records_moves_the_start_of_a_partition() {
+    let node = Node::start(&[]);
+    ok(
+        &node,
+        &["topic", "create", "history", "--partitions", "1"],
+        "",
+    );
+    ok(&node, &["produce", "history"], "r0\nr1\nr2\nr3\nr4\n");
+    let moved = ok(
+        &node,
+        &[
+            "topic",
+            "delete-records",
+            "history",
+            "--partition",
+            "0",
+            "--offset",
+            "3",
+        ],
+        "",
+    );
+    assert_eq!(moved, "partition: history-0\tlow_watermark: 3\n");
+    let read = |from: &str| {
+        ok(
+            &node,
+            &[
+                "consume",
+                "history",
+                from,
+                "--max-messages",
+                "2",
+                "--format",
+                r"%o %v\n",
+            ],
+            "",
+        )
+    };
+    assert_eq!(read("--from-beginning"), "3 r3\n4 r4\n");
+    // Past the high watermark is refused; -1 means the high watermark itself.
+    let error = fails(
+        &node,
+        &[
+            "topic",
+            "delete-records",
+            "history",
+            "--partition",
+            "0",
+            "--offset",
+            "9",
+        ],
+    );
+    assert!(error.contains("OFFSET_OUT_OF_RANGE"), "{error}");
+    let moved = ok(
+        &node,
+        &[
+            "topic",
+            "delete-records",
+            "history",
+            "--partition",
+            "0",
+            "--offset",
+            "-1",
+        ],
+        "",
+    );
+    assert_eq!(moved, "partition: history-0\tlow_watermark: 5\n");
+    let error = fails(
+        &node,
+        &[
+            "topic",
+            "delete-records",
+            "history",
+            "--partition",
+            "7",
+            "--offset",
+            "0",
+        ],
+    );
+    assert!(error.contains("no partition 7"), "{error}");
+}

@@ -1,7 +1,8 @@
 //! Topic administration, the cluster and producer ids: CreateTopics, DeleteTopics,
-//! CreatePartitions, DescribeConfigs (a topic's overrides), DescribeCluster, DescribeQuorum
-//! and InitProducerId. What changes metadata, and DescribeQuorum, goes to the controller
-//! that Metadata names (as Kafka's admin client sends it); the rest to any broker.
+//! CreatePartitions, DescribeConfigs (a topic's overrides), DeleteRecords, DescribeCluster,
+//! DescribeQuorum and InitProducerId. What changes metadata, and DescribeQuorum, goes to the
+//! controller that Metadata names (as Kafka's admin client sends it); DeleteRecords to the
+//! partition's leader; the rest to any broker.
 //!
 //! Invariants:
 //! - Every call checks the per-topic error of its answer and fails with Kafka's error name
@@ -15,11 +16,14 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeQuorumRequest, InitProducerIdRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeQuorumRequest, InitProducerIdRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -110,6 +114,43 @@ pub async fn add_partitions(cluster: &mut Cluster, name: &str, count: i32) -> Re
     check(result.error_code, result.error_message.as_ref(), || {
         format!("add partitions to topic {name}")
     })
+}
+
+/// Makes the records of partition `partition` of `name` below `offset` unreadable (`-1`:
+/// below the high watermark), as kafka-delete-records does; the partition's new low
+/// watermark.
+pub async fn delete_records(
+    cluster: &mut Cluster,
+    name: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<i64> {
+    let topic = cluster.topic(name).await?;
+    let Some(info) = topic.partitions.iter().find(|p| p.partition == partition) else {
+        bail!("topic {name} has no partition {partition}");
+    };
+    if info.leader < 0 {
+        bail!("partition {partition} of {name} has no leader");
+    }
+    let connection = cluster.broker(info.leader).await?;
+    let version = connection.version::<DeleteRecordsRequest>()?;
+    let request = DeleteRecordsRequest::default()
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(topic_name(name))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(partition)
+                .with_offset(offset)])])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let response = connection.call_at(version, &request).await?;
+    let result = response
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or_else(|| anyhow!("DeleteRecords answered for no partition"))?;
+    check(result.error_code, None, || {
+        format!("delete records of {name} partition {partition}")
+    })?;
+    Ok(result.low_watermark)
 }
 
 /// The topic's settings that differ from the broker's defaults, sorted by name.

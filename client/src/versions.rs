@@ -37,6 +37,7 @@ pub const CLIENT_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 5),
@@ -158,12 +159,13 @@ mod tests {
         inside::<DeleteTopicsRequest>();
         inside::<DescribeConfigsRequest>();
         inside::<CreatePartitionsRequest>();
+        inside::<kafka_protocol::messages::DeleteRecordsRequest>();
         inside::<DeleteGroupsRequest>();
         inside::<OffsetDeleteRequest>();
         inside::<InitProducerIdRequest>();
         inside::<kafka_protocol::messages::OffsetForLeaderEpochRequest>();
         inside::<kafka_protocol::messages::DescribeClusterRequest>();
         inside::<kafka_protocol::messages::DescribeQuorumRequest>();
-        assert_eq!(CLIENT_APIS.len(), 24, "every entry checked above");
+        assert_eq!(CLIENT_APIS.len(), 25, "every entry checked above");
     }
 }

@@ -1,5 +1,6 @@
-//! `ringlog topic create|list|describe|delete|add-partitions`: kafka-topics over the Kafka
-//! protocol (CreateTopics, Metadata, DescribeConfigs, DeleteTopics, CreatePartitions).
+//! `ringlog topic create|list|describe|delete|add-partitions|delete-records`: kafka-topics
+//! (and kafka-delete-records) over the Kafka protocol (CreateTopics, Metadata,
+//! DescribeConfigs, DeleteTopics, CreatePartitions, DeleteRecords).
 //!
 //! Invariants:
 //! - Every per-topic error in an answer becomes a failure naming Kafka's error and message,
@@ -55,6 +56,15 @@ pub enum TopicCommand {
         #[arg(long)]
         partitions: i32,
     },
+    /// Make a partition's records below --offset unreadable, as kafka-delete-records does.
+    DeleteRecords {
+        name: String,
+        #[arg(long)]
+        partition: i32,
+        /// The new start of the partition (-1: its high watermark, deleting everything).
+        #[arg(long, allow_hyphen_values = true)]
+        offset: i64,
+    },
 }
 
 pub fn run(args: TopicArgs, out: &mut impl Write) -> Result<()> {
@@ -91,6 +101,18 @@ pub fn run(args: TopicArgs, out: &mut impl Write) -> Result<()> {
         TopicCommand::AddPartitions { name, partitions } => {
             add_partitions(&mut cluster, &name, partitions)?;
             writeln!(out, "Topic {name} now has {partitions} partitions.")?;
+        }
+        TopicCommand::DeleteRecords {
+            name,
+            partition,
+            offset,
+        } => {
+            let low_watermark =
+                cluster.run(async |c| admin::delete_records(c, &name, partition, offset).await)?;
+            writeln!(
+                out,
+                "partition: {name}-{partition}	low_watermark: {low_watermark}"
+            )?;
         }
     }
     Ok(())
