@@ -668,75 +668,42 @@ fn delete_records_moves_the_start_of_a_partition() {
         "",
     );
     ok(&node, &["produce", "history"], "r0\nr1\nr2\nr3\nr4\n");
-    let moved = ok(
-        &node,
-        &[
+    let args = |partition: &'static str, offset: &'static str| {
+        [
             "topic",
             "delete-records",
             "history",
             "--partition",
-            "0",
+            partition,
             "--offset",
-            "3",
-        ],
-        "",
-    );
-    assert_eq!(moved, "partition: history-0\tlow_watermark: 3\n");
-    let read = |from: &str| {
-        ok(
-            &node,
-            &[
-                "consume",
-                "history",
-                from,
-                "--max-messages",
-                "2",
-                "--format",
-                r"%o %v\n",
-            ],
-            "",
-        )
+            offset,
+        ]
     };
-    assert_eq!(read("--from-beginning"), "3 r3\n4 r4\n");
-    // Past the high watermark is refused; -1 means the high watermark itself.
-    let error = fails(
-        &node,
-        &[
-            "topic",
-            "delete-records",
-            "history",
-            "--partition",
-            "0",
-            "--offset",
-            "9",
-        ],
+    assert_eq!(
+        ok(&node, &args("0", "3"), ""),
+        "partition: history-0\tlow_watermark: 3\n"
     );
-    assert!(error.contains("OFFSET_OUT_OF_RANGE"), "{error}");
-    let moved = ok(
+    let read = ok(
         &node,
         &[
-            "topic",
-            "delete-records",
+            "consume",
             "history",
-            "--partition",
-            "0",
-            "--offset",
-            "-1",
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--format",
+            r"%o %v\n",
         ],
         "",
     );
-    assert_eq!(moved, "partition: history-0\tlow_watermark: 5\n");
-    let error = fails(
-        &node,
-        &[
-            "topic",
-            "delete-records",
-            "history",
-            "--partition",
-            "7",
-            "--offset",
-            "0",
-        ],
+    assert_eq!(read, "3 r3\n4 r4\n");
+    // Past the high watermark is refused; -1 means the high watermark itself.
+    let error = fails(&node, &args("0", "9"));
+    assert!(error.contains("OFFSET_OUT_OF_RANGE"), "{error}");
+    assert_eq!(
+        ok(&node, &args("0", "-1"), ""),
+        "partition: history-0\tlow_watermark: 5\n"
     );
+    let error = fails(&node, &args("7", "0"));
     assert!(error.contains("no partition 7"), "{error}");
 }
