@@ -200,6 +200,15 @@ impl Controller {
         shard: Option<&Rc<Shard>>,
         request: ForwardedRequest,
     ) -> Result<i64, Refusal> {
+        // Topics change only on a node whose shards run.
+        let running = || {
+            shard.ok_or_else(|| {
+                Refusal::new(
+                    ResponseError::UnknownServerError,
+                    "topics are changed once the node runs",
+                )
+            })
+        };
         match request {
             ForwardedRequest::Register {
                 broker_id,
@@ -224,48 +233,37 @@ impl Controller {
                 self.fence(broker_id, broker_epoch, true).await?;
                 Ok(broker_epoch)
             }
-            admin => {
-                let Some(shard) = shard else {
-                    return Err(Refusal::new(
-                        ResponseError::UnknownServerError,
-                        "topics are changed once the node runs",
-                    ));
-                };
-                match admin {
-                    ForwardedRequest::CreateTopic(spec) => {
-                        Controller::create_topic(shard, spec, false).await?;
-                    }
-                    ForwardedRequest::DeleteTopic { topic_id } => {
-                        Controller::delete_topic_here(shard, uuid::Uuid::from_u128(topic_id))
-                            .await?;
-                    }
-                    ForwardedRequest::CreatePartitions {
-                        name,
-                        partition_count,
-                        assignments,
-                        validate_only,
-                    } => {
-                        Controller::create_partitions_here(
-                            shard,
-                            &name,
-                            partition_count,
-                            assignments,
-                            validate_only,
-                        )
-                        .await?;
-                    }
-                    ForwardedRequest::AlterTopicConfigs {
-                        name,
-                        changes,
-                        validate_only,
-                    } => {
-                        Controller::alter_topic_configs_here(shard, &name, changes, validate_only)
-                            .await?;
-                    }
-                    _ => unreachable!("the broker's own requests are matched above"),
-                }
-                Ok(0)
+            ForwardedRequest::CreateTopic(spec) => {
+                Controller::create_topic(running()?, spec, false)
+                    .await
+                    .map(|_| 0)
             }
+            ForwardedRequest::DeleteTopic { topic_id } => {
+                Controller::delete_topic_here(running()?, uuid::Uuid::from_u128(topic_id))
+                    .await
+                    .map(|()| 0)
+            }
+            ForwardedRequest::CreatePartitions {
+                name,
+                partition_count,
+                assignments,
+                validate_only,
+            } => Controller::create_partitions_here(
+                running()?,
+                &name,
+                partition_count,
+                assignments,
+                validate_only,
+            )
+            .await
+            .map(|()| 0),
+            ForwardedRequest::AlterTopicConfigs {
+                name,
+                changes,
+                validate_only,
+            } => Controller::alter_topic_configs_here(running()?, &name, changes, validate_only)
+                .await
+                .map(|()| 0),
         }
     }
 
