@@ -239,7 +239,7 @@ impl Controller {
                     .map(|_| 0)
             }
             ForwardedRequest::DeleteTopic { topic_id } => {
-                Controller::delete_topic_here(running()?, uuid::Uuid::from_u128(topic_id))
+                Controller::delete_topic(running()?, uuid::Uuid::from_u128(topic_id))
                     .await
                     .map(|()| 0)
             }
@@ -248,7 +248,7 @@ impl Controller {
                 partition_count,
                 assignments,
                 validate_only,
-            } => Controller::create_partitions_here(
+            } => Controller::create_partitions(
                 running()?,
                 &name,
                 partition_count,
@@ -261,7 +261,7 @@ impl Controller {
                 name,
                 changes,
                 validate_only,
-            } => Controller::alter_topic_configs_here(running()?, &name, changes, validate_only)
+            } => Controller::alter_topic_configs(running()?, &name, changes, validate_only)
                 .await
                 .map(|()| 0),
         }

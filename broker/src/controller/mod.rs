@@ -17,8 +17,10 @@
 //! other node applies what the log commits, and forwards its own broker registration.
 
 mod cluster;
+mod validate;
 
 pub use cluster::ForwardedRequest;
+pub use validate::{validate_topic_config, validate_topic_config_name, validate_topic_name};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -30,7 +32,7 @@ use kafka_protocol::error::ResponseError;
 use shard::ShardStopped;
 use uuid::Uuid;
 
-use crate::config::{BrokerConfig, TOPIC_CONFIGS};
+use crate::config::BrokerConfig;
 use crate::errors::code;
 use crate::metadata::image::{partition_record, topic_records};
 use crate::metadata::records::{
@@ -398,20 +400,21 @@ impl Controller {
             .await
     }
 
-    /// Deletes the topic and its data on every shard of this node before returning, on the
-    /// active controller or forwarded to it.
-    pub async fn delete_topic(shard: &Rc<Shard>, id: Uuid) -> Result<(), Refusal> {
-        let request = ForwardedRequest::DeleteTopic {
-            topic_id: id.as_u128(),
-        };
+    /// A client's change to topics (DeleteTopics, CreatePartitions, IncrementalAlterConfigs),
+    /// on the active controller or forwarded to it; answered once this node's shards serve
+    /// the outcome.
+    pub async fn change_topics(
+        shard: &Rc<Shard>,
+        request: ForwardedRequest,
+    ) -> Result<(), Refusal> {
         Self::of(shard)
             .execute_or_forward(Some(shard), request)
             .await
             .map(drop)
     }
 
-    /// [`Controller::delete_topic`] on the active controller.
-    async fn delete_topic_here(shard: &Rc<Shard>, id: Uuid) -> Result<(), Refusal> {
+    /// Deletes the topic and its data on every shard before returning.
+    async fn delete_topic(shard: &Rc<Shard>, id: Uuid) -> Result<(), Refusal> {
         let controller = Self::of(shard);
         if controller.proposed.borrow().topic_by_id(&id).is_none() {
             return Err(Refusal::new(
@@ -428,29 +431,8 @@ impl Controller {
     }
 
     /// Grows the topic to `partition_count` partitions, on the brokers `assignments` names
-    /// for the new ones, or placed like a new topic's; on the active controller or
-    /// forwarded to it.
-    pub async fn create_partitions(
-        shard: &Rc<Shard>,
-        name: &str,
-        partition_count: i32,
-        assignments: Option<Vec<Vec<i32>>>,
-        validate_only: bool,
-    ) -> Result<(), Refusal> {
-        let request = ForwardedRequest::CreatePartitions {
-            name: name.to_string(),
-            partition_count,
-            assignments,
-            validate_only,
-        };
-        Self::of(shard)
-            .execute_or_forward(Some(shard), request)
-            .await
-            .map(drop)
-    }
-
-    /// [`Controller::create_partitions`] on the active controller.
-    async fn create_partitions_here(
+    /// for the new ones, or placed like a new topic's.
+    async fn create_partitions(
         shard: &Rc<Shard>,
         name: &str,
         partition_count: i32,
@@ -512,26 +494,8 @@ impl Controller {
 
     /// Sets (`Some`) or removes (`None`) topic-level settings of `name`, all or none, each
     /// checked as at creation; with `validate_only` nothing changes. Open logs take them
-    /// when the new image is installed. On the active controller or forwarded to it.
-    pub async fn alter_topic_configs(
-        shard: &Rc<Shard>,
-        name: &str,
-        changes: Vec<(String, Option<String>)>,
-        validate_only: bool,
-    ) -> Result<(), Refusal> {
-        let request = ForwardedRequest::AlterTopicConfigs {
-            name: name.to_string(),
-            changes,
-            validate_only,
-        };
-        Self::of(shard)
-            .execute_or_forward(Some(shard), request)
-            .await
-            .map(drop)
-    }
-
-    /// [`Controller::alter_topic_configs`] on the active controller.
-    async fn alter_topic_configs_here(
+    /// when the new image is installed.
+    async fn alter_topic_configs(
         shard: &Rc<Shard>,
         name: &str,
         changes: Vec<(String, Option<String>)>,
@@ -860,112 +824,5 @@ fn new_partition(replicas: Vec<i32>) -> PartitionState {
         adding_replicas: Vec::new(),
         leader_epoch: 0,
         partition_epoch: 0,
-    }
-}
-
-/// Kafka's rules: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
-pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
-    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    let problem = if name.is_empty() {
-        Some("Topic name is illegal, it can't be empty".to_string())
-    } else if name == "." || name == ".." {
-        Some("Topic name cannot be \".\" or \"..\"".to_string())
-    } else if name.len() > TOPIC_NAME_BYTES_MAX {
-        Some(format!(
-            "Topic name is illegal, it can't be longer than {TOPIC_NAME_BYTES_MAX} characters"
-        ))
-    } else if !name.chars().all(legal) {
-        Some(format!("Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"))
-    } else {
-        None
-    };
-    match problem {
-        Some(message) => Err(Refusal::new(ResponseError::InvalidTopicException, message)),
-        None => Ok(()),
-    }
-}
-
-/// A topic config name must be one Kafka defines for topics; returns its default.
-pub fn validate_topic_config_name(key: &str) -> Result<&'static str, Refusal> {
-    TOPIC_CONFIGS
-        .iter()
-        .find(|(name, _, _)| *name == key)
-        .map(|(_, _, default)| *default)
-        .ok_or_else(|| {
-            Refusal::new(
-                ResponseError::InvalidConfig,
-                format!("Unknown topic config name: {key}"),
-            )
-        })
-}
-
-/// A topic config must be one Kafka defines for topics, with a value of the right kind.
-pub fn validate_topic_config(key: &str, value: &str) -> Result<(), Refusal> {
-    let default = validate_topic_config_name(key)?;
-    let valid = match key {
-        "cleanup.policy" => value
-            .split(',')
-            .all(|p| matches!(p.trim(), "delete" | "compact")),
-        "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
-        "min.cleanable.dirty.ratio" => value
-            .parse::<f64>()
-            .is_ok_and(|ratio| (0.0..=1.0).contains(&ratio)),
-        "min.compaction.lag.ms" | "max.compaction.lag.ms" | "delete.retention.ms" => {
-            value.parse::<i64>().is_ok_and(|ms| ms >= 0)
-        }
-        "compression.type" => {
-            matches!(
-                value,
-                "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd"
-            )
-        }
-        _ if default.parse::<i64>().is_ok() => value.parse::<i64>().is_ok(),
-        _ => true,
-    };
-    if valid {
-        Ok(())
-    } else {
-        Err(Refusal::new(
-            ResponseError::InvalidConfig,
-            format!("Invalid value {value} for configuration {key}"),
-        ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_names_follow_kafka_rules() {
-        for good in ["orders", "a.b_c-D9", &"x".repeat(249)] {
-            assert!(validate_topic_name(good).is_ok(), "{good}");
-        }
-        for bad in ["", ".", "..", "has space", "ümlaut", &"x".repeat(250)] {
-            let refusal = validate_topic_name(bad).expect_err(bad);
-            assert_eq!(
-                refusal.error_code, 17,
-                "INVALID_TOPIC_EXCEPTION for {bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn topic_configs_are_checked_by_name_and_kind() {
-        assert!(validate_topic_config("retention.ms", "1000").is_ok());
-        assert!(validate_topic_config("cleanup.policy", "compact,delete").is_ok());
-        assert!(validate_topic_config("min.cleanable.dirty.ratio", "0.01").is_ok());
-        assert!(validate_topic_config("min.cleanable.dirty.ratio", "1.5").is_err());
-        assert!(validate_topic_config("min.compaction.lag.ms", "0").is_ok());
-        assert!(validate_topic_config("max.compaction.lag.ms", "-1").is_err());
-        assert!(validate_topic_config("delete.retention.ms", "86400000").is_ok());
-        assert_eq!(
-            validate_topic_config("retention.ms", "soon").map_err(|r| r.error_code),
-            Err(40)
-        );
-        assert_eq!(
-            validate_topic_config("no.such", "1").map_err(|r| r.error_code),
-            Err(40)
-        );
     }
 }

@@ -9,7 +9,7 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::controller::Controller;
+use crate::controller::{Controller, ForwardedRequest};
 use crate::errors::{code, NONE};
 use crate::shard_state::Shard;
 
@@ -32,8 +32,13 @@ pub async fn handle(shard: &Rc<Shard>, request: CreatePartitionsRequest) -> Resp
         let grown = shard
             .router
             .call(shard, 0, move |controller: Rc<Shard>| async move {
-                Controller::create_partitions(&controller, &name, count, assignments, validate_only)
-                    .await
+                let request = ForwardedRequest::CreatePartitions {
+                    name,
+                    partition_count: count,
+                    assignments,
+                    validate_only,
+                };
+                Controller::change_topics(&controller, request).await
             })
             .await;
         result.error_code = match grown {

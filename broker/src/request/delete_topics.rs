@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use crate::controller::Controller;
+use crate::controller::{Controller, ForwardedRequest};
 use crate::errors::{code, NONE};
 use crate::shard_state::Shard;
 
@@ -54,7 +54,10 @@ pub async fn handle(shard: &Rc<Shard>, request: DeleteTopicsRequest, version: i1
                 let deleted = shard
                     .router
                     .call(shard, 0, move |controller: Rc<Shard>| async move {
-                        Controller::delete_topic(&controller, topic_id).await
+                        let request = ForwardedRequest::DeleteTopic {
+                            topic_id: topic_id.as_u128(),
+                        };
+                        Controller::change_topics(&controller, request).await
                     })
                     .await;
                 result.error_code = match deleted {

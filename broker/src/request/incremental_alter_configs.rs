@@ -17,7 +17,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::controller::{Controller, Refusal};
+use crate::controller::{Controller, ForwardedRequest, Refusal};
 use crate::errors::code;
 use crate::metadata::records::{
     CONFIG_RESOURCE_BROKER as RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC as RESOURCE_TOPIC,
@@ -72,7 +72,12 @@ async fn alter_topic(
     let name = resource.resource_name.to_string();
     let changes = changes(shard, &name, &resource)?;
     let job = move |controller: Rc<Shard>| async move {
-        Controller::alter_topic_configs(&controller, &name, changes, validate_only).await
+        let request = ForwardedRequest::AlterTopicConfigs {
+            name,
+            changes,
+            validate_only,
+        };
+        Controller::change_topics(&controller, request).await
     };
     shard
         .router
