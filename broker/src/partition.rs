@@ -52,6 +52,8 @@ pub struct Partition {
     pub high_watermark_moved: Notify,
     /// Whose turn it is to append.
     append_turns: Rc<Turns>,
+    /// The topic's `cleanup.policy` includes `compact`: records without key are refused.
+    compacted: Cell<bool>,
 }
 
 /// Outcome of appending one partition's records, in Kafka's terms.
@@ -80,9 +82,19 @@ impl Partition {
             log,
             high_watermark_moved: Notify::new(),
             append_turns: Turns::new(),
+            compacted: Cell::new(false),
         });
         glommio::spawn_local(follow_written(Rc::downgrade(&partition))).detach();
         partition
+    }
+
+    /// Whether the topic is compacted, as its settings last said (an image install keeps it).
+    pub fn compacted(&self) -> bool {
+        self.compacted.get()
+    }
+
+    pub fn set_compacted(&self, compacted: bool) {
+        self.compacted.set(compacted);
     }
 
     pub fn leadership(&self) -> Leadership {

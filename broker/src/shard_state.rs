@@ -156,7 +156,7 @@ impl Shard {
                     topic.map(|t| &t.configs) != previous.topic(name).map(|t| &t.configs);
                 let wanted = topic
                     .filter(|_| settings_changed)
-                    .map(|t| self.log_config(t));
+                    .map(|t| (self.log_config(t), self.cleans_by(t, "compact")));
                 for slot in slots.iter_mut() {
                     let Some(partition) = slot else { continue };
                     let held = topic
@@ -168,7 +168,8 @@ impl Shard {
                         continue;
                     };
                     partition.update(state, node);
-                    if let Some(wanted) = wanted {
+                    if let Some((wanted, compacted)) = wanted {
+                        partition.set_compacted(compacted);
                         if let Err(error) = partition.log.reconfigure(wanted) {
                             tracing::warn!(topic = %name, partition = partition.index, %error,
                                 "topic settings not applied");
@@ -238,14 +239,6 @@ impl Shard {
             .any(|p| p.trim() == policy)
     }
 
-    /// Whether the topic named `name` is compacted (`cleanup.policy` includes `compact`).
-    pub fn compacts(&self, name: &str) -> bool {
-        let image = self.image.borrow();
-        image
-            .topic(name)
-            .is_some_and(|topic| self.cleans_by(topic, "compact"))
-    }
-
     /// Every partition this shard owns, with its topic's name.
     pub fn owned_partitions_by_topic(&self) -> Vec<(String, Rc<Partition>)> {
         let partitions = self.partitions.borrow();
@@ -289,13 +282,9 @@ impl Shard {
             .log_dir
             .join(format!("{}-{}", topic.name, index));
         let log = Log::open(dir, log_config, self.cache.clone()).await?;
-        Ok(Partition::new(
-            topic.id,
-            index,
-            log,
-            state,
-            self.config.node_id,
-        ))
+        let partition = Partition::new(topic.id, index, log, state, self.config.node_id);
+        partition.set_compacted(self.cleans_by(topic, "compact"));
+        Ok(partition)
     }
 
     /// Flushes and closes every log; the shard serves nothing afterwards.

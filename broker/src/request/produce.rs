@@ -40,6 +40,7 @@ use net::{Answer, Reply};
 
 use super::now_ms;
 use crate::errors::{code, NONE};
+use crate::partition::Partition;
 use crate::shard_state::Shard;
 
 /// One partition's part of the request, as sent to its owner, with its place in the
@@ -193,14 +194,14 @@ fn leader_endpoints(shard: &Shard, response: &ProduceResponse) -> Vec<NodeEndpoi
 /// a record has no key: INVALID_RECORD naming each such record (KIP-467, Produce v8+), the
 /// batch refused whole as Kafka refuses it; CORRUPT_MESSAGE if its records cannot be read.
 fn refuse_keyless(
-    shard: &Shard,
+    partition: &Partition,
     topic: &str,
-    partition: i32,
     records: &[u8],
 ) -> Option<PartitionProduceResponse> {
-    if !shard.compacts(topic) {
+    if !partition.compacted() {
         return None;
     }
+    let partition = partition.index;
     let refused = no_append(partition);
     let Some(keyless) = storage::keyless_records(records) else {
         return Some(refused.with_error_code(code(ResponseError::CorruptMessage)));
@@ -253,7 +254,7 @@ fn append_on_owner(
                 (None, _) => Err(refused(ResponseError::UnknownTopicOrPartition)),
                 (Some(_), None) => Err(refused(ResponseError::CorruptMessage)),
                 (Some(partition), Some(records)) => {
-                    match refuse_keyless(&shard, &part.topic, part.partition, &records) {
+                    match refuse_keyless(&partition, &part.topic, &records) {
                         Some(refusal) => Err(refusal),
                         None => {
                             let append = partition.queue_append(records, now);
