@@ -140,6 +140,22 @@ pub struct BrokerConfig {
     pub metadata_snapshot_bytes: u64,
     /// `producer.id.expiration.check.interval.ms`: how often each shard looks for them.
     pub producer_id_expiration_check_interval: Duration,
+    pub replica_fetch: ReplicaFetchConfig,
+}
+
+/// How a follower fetches from its leaders (Kafka's `replica.fetch.*`).
+#[derive(Debug, Clone)]
+pub struct ReplicaFetchConfig {
+    /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data.
+    pub wait_max: Duration,
+    /// `replica.fetch.min.bytes`.
+    pub min_bytes: i32,
+    /// `replica.fetch.max.bytes`: per partition (at least one batch is returned, KIP-74).
+    pub partition_bytes_max: i32,
+    /// `replica.fetch.response.max.bytes`: per fetch.
+    pub response_bytes_max: i32,
+    /// `replica.fetch.backoff.ms`: the pause after a failed fetch or a partition's error.
+    pub backoff: Duration,
 }
 
 /// Consumer-group settings (Kafka's names in comments).
@@ -267,6 +283,11 @@ const BROKER_KEYS: &[&str] = &[
     "broker.session.timeout.ms",
     "metadata.log.max.record.bytes.between.snapshots",
     "producer.id.expiration.check.interval.ms",
+    "replica.fetch.wait.max.ms",
+    "replica.fetch.min.bytes",
+    "replica.fetch.max.bytes",
+    "replica.fetch.response.max.bytes",
+    "replica.fetch.backoff.ms",
 ];
 
 impl BrokerConfig {
@@ -410,7 +431,7 @@ impl BrokerConfig {
                 "default.replication.factor",
                 get("default.replication.factor").unwrap_or("1"),
                 1,
-                1,
+                i16::MAX,
             )?,
             auto_create_topics: boolean(
                 "auto.create.topics.enable",
@@ -518,6 +539,28 @@ impl BrokerConfig {
                 "producer.id.expiration.check.interval.ms",
                 "600000",
             )?,
+            replica_fetch: ReplicaFetchConfig {
+                wait_max: positive_ms("replica.fetch.wait.max.ms", "500")?,
+                min_bytes: number(
+                    "replica.fetch.min.bytes",
+                    get("replica.fetch.min.bytes").unwrap_or("1"),
+                    1,
+                    i32::MAX,
+                )?,
+                partition_bytes_max: number(
+                    "replica.fetch.max.bytes",
+                    get("replica.fetch.max.bytes").unwrap_or("1048576"),
+                    1,
+                    i32::MAX,
+                )?,
+                response_bytes_max: number(
+                    "replica.fetch.response.max.bytes",
+                    get("replica.fetch.response.max.bytes").unwrap_or("10485760"),
+                    1,
+                    i32::MAX,
+                )?,
+                backoff: positive_ms("replica.fetch.backoff.ms", "1000")?,
+            },
             groups: GroupConfig {
                 offsets_partitions: number(
                     "offsets.topic.num.partitions",

@@ -28,6 +28,7 @@ pub mod metadata;
 pub mod partition;
 pub mod producers;
 pub mod quorum;
+pub mod replication;
 pub mod request;
 pub mod retention;
 pub mod server;

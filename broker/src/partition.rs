@@ -10,12 +10,17 @@
 //!   its place synchronously), whatever order the tasks doing them run in: a producer's
 //!   requests keep their order on every path.
 //! - The high watermark is the partition's own notion: consumers read only below it, and it
-//!   never passes what a crash of the process could take back. On a single node it follows
-//!   the log's completed writes ([`storage::Log::written_end_offset`]); replication will move
-//!   it by the followers instead. It never moves backwards, and every move fires
-//!   `high_watermark_moved`, so a fetch waiting for data wakes the moment data is visible.
+//!   never passes what a crash of the process could take back. A leader moves it to the
+//!   minimum, over the ISR, of each member's log end (its own completed writes,
+//!   [`storage::Log::written_end_offset`], and each follower's last fetch offset): with one
+//!   replica, that is its completed writes. A follower takes the leader's from the fetch
+//!   answers, capped by its own writes. It moves backwards only when a follower truncates its
+//!   log below it; every forward move fires `high_watermark_moved`, so a fetch waiting for data
+//!   and a producer waiting for acks=all wake the moment it moves.
+//! - `written_moved` fires whenever the log's completed writes move: a follower's fetch,
+//!   which reads up to them, waits on it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::{Rc, Weak};
 
@@ -26,6 +31,7 @@ use uuid::Uuid;
 
 use crate::errors::{self, code};
 use crate::metadata::PartitionState;
+use crate::replication::ReplicaSet;
 use kafka_protocol::error::ResponseError;
 
 /// `replica_id` of a tool that may read any replica, leader or not (Kafka's
@@ -46,10 +52,18 @@ pub struct Partition {
     pub topic_id: Uuid,
     pub index: i32,
     pub log: Log,
+    node_id: i32,
     leadership: Cell<Leadership>,
+    replicas: RefCell<ReplicaSet>,
     high_watermark: Cell<i64>,
-    /// Fired whenever the high watermark moves forward (and when the partition goes away).
+    /// Fired whenever the high watermark moves forward, the leadership changes, and when the
+    /// partition goes away.
     pub high_watermark_moved: Notify,
+    /// Fired whenever the log's completed writes move forward.
+    pub written_moved: Notify,
+    retired: Cell<bool>,
+    /// The topic's `min.insync.replicas`: acks=all needs an ISR at least this large.
+    min_insync_replicas: Cell<usize>,
     /// Whose turn it is to append.
     append_turns: Rc<Turns>,
     /// The topic's `cleanup.policy` includes `compact`: records without key are refused.
@@ -77,10 +91,15 @@ impl Partition {
         let partition = Rc::new(Partition {
             topic_id,
             index,
+            node_id,
             leadership: Cell::new(Leadership::of(state, node_id)),
+            replicas: RefCell::new(ReplicaSet::new(state, node_id)),
             high_watermark: Cell::new(log.written_end_offset()),
             log,
             high_watermark_moved: Notify::new(),
+            written_moved: Notify::new(),
+            retired: Cell::new(false),
+            min_insync_replicas: Cell::new(1),
             append_turns: Turns::new(),
             compacted: Cell::new(false),
         });
@@ -101,10 +120,64 @@ impl Partition {
         self.leadership.get()
     }
 
-    /// Takes the leader and leader epoch of a newer image; an older epoch is ignored.
-    pub fn update(&self, state: &PartitionState, node_id: i32) {
-        if state.leader_epoch >= self.leadership.get().leader_epoch {
-            self.leadership.set(Leadership::of(state, node_id));
+    /// The topic's `min.insync.replicas`, as its settings last said.
+    pub fn set_min_insync_replicas(&self, replicas: usize) {
+        self.min_insync_replicas.set(replicas.max(1));
+    }
+
+    /// Takes the leader, leader epoch, replicas and ISR of a newer image; an older leader
+    /// epoch is ignored. Waiters on the high watermark wake to see the change.
+    pub fn update(&self, state: &PartitionState) {
+        if state.leader_epoch < self.leadership.get().leader_epoch {
+            return;
+        }
+        self.leadership.set(Leadership::of(state, self.node_id));
+        self.replicas.borrow_mut().update(state);
+        self.high_watermark_moved.notify_all();
+        self.recompute_high_watermark();
+    }
+
+    /// The replicas and the ISR as the image last said.
+    pub fn replicas_and_isr(&self) -> (Vec<i32>, Vec<i32>) {
+        let replicas = self.replicas.borrow();
+        (replicas.replicas().to_vec(), replicas.isr().to_vec())
+    }
+
+    /// On the leader: follower `replica` fetched at `offset`. False (and nothing recorded) if
+    /// it holds no replica of the partition.
+    pub fn record_follower_fetch(&self, replica: i32, offset: i64, now_ms: i64) -> bool {
+        let leader_end = self.log.log_end_offset();
+        let known = self
+            .replicas
+            .borrow_mut()
+            .record_fetch(replica, offset, leader_end, now_ms);
+        if known {
+            self.recompute_high_watermark();
+        }
+        known
+    }
+
+    /// On a follower: the leader's high watermark, from a fetch answer.
+    pub fn learn_leader_high_watermark(&self, offset: i64) {
+        self.replicas
+            .borrow_mut()
+            .learn_leader_high_watermark(offset);
+        self.recompute_high_watermark();
+    }
+
+    /// On a follower whose log was cut back to `offset`: the high watermark follows it down.
+    pub fn truncated_to(&self, offset: i64) {
+        if self.high_watermark.get() > offset {
+            self.high_watermark.set(offset);
+        }
+    }
+
+    fn recompute_high_watermark(&self) {
+        let own_end = self.log.written_end_offset();
+        let is_leader = self.leadership.get().is_local;
+        let computed = self.replicas.borrow().high_watermark(is_leader, own_end);
+        if let Some(offset) = computed {
+            self.advance_high_watermark(offset);
         }
     }
 
@@ -139,6 +212,18 @@ impl Partition {
             self.high_watermark.set(offset);
             self.high_watermark_moved.notify_all();
         }
+    }
+
+    /// Whole batches from `offset` up to the log's completed writes, for a follower's fetch
+    /// (a follower may hold what is not yet below the high watermark: that is how it moves).
+    pub async fn read_for_follower(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<storage::ReadResult, storage::ReadError> {
+        self.log
+            .read_below(offset, max_bytes, self.log.written_end_offset())
+            .await
     }
 
     /// Whole batches from `offset` below the high watermark, up to `max_bytes` (at least one
@@ -254,9 +339,44 @@ impl Partition {
         }
     }
 
+    /// Whether an acks=all append may go ahead: NOT_ENOUGH_REPLICAS while the ISR is smaller
+    /// than the topic's `min.insync.replicas`, as Kafka refuses it before appending.
+    pub fn check_min_insync(&self) -> Result<(), i16> {
+        if self.replicas.borrow().isr().len() < self.min_insync_replicas.get() {
+            return Err(code(ResponseError::NotEnoughReplicas));
+        }
+        Ok(())
+    }
+
+    /// Waits until the high watermark reaches `end_offset` (every ISR member holds the
+    /// records below it: the acks=all promise with the leader's fsync). NOT_LEADER_OR_FOLLOWER
+    /// if this node stops leading first, UNKNOWN_TOPIC_OR_PARTITION if the partition goes
+    /// away, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below `min.insync.replicas`
+    /// on the way.
+    pub async fn wait_replicated(&self, end_offset: i64) -> i16 {
+        loop {
+            let generation = self.high_watermark_moved.generation();
+            if self.retired.get() {
+                return code(ResponseError::UnknownTopicOrPartition);
+            }
+            if !self.leadership.get().is_local {
+                return code(ResponseError::NotLeaderOrFollower);
+            }
+            if self.high_watermark() >= end_offset {
+                return match self.check_min_insync() {
+                    Ok(()) => errors::NONE,
+                    Err(_) => code(ResponseError::NotEnoughReplicasAfterAppend),
+                };
+            }
+            self.high_watermark_moved.changed_since(generation).await;
+        }
+    }
+
     /// The partition is going away (deleted or shut down): waiters stop waiting.
     pub fn retire(&self) {
+        self.retired.set(true);
         self.high_watermark_moved.notify_all();
+        self.written_moved.notify_all();
     }
 }
 
@@ -270,19 +390,26 @@ impl Leadership {
     }
 }
 
-/// A single node's high watermark: the end of what the log has written. Holds the partition
-/// weakly and stops when the partition is dropped or its log stops.
+/// Follows the log's completed writes: fires `written_moved` and recomputes the high
+/// watermark at each move. Holds the partition weakly and stops when the partition is dropped
+/// or its log stops.
 async fn follow_written(partition: Weak<Partition>) {
     loop {
         let (log, next) = match partition.upgrade() {
-            Some(partition) => (partition.log.clone(), partition.high_watermark() + 1),
+            Some(partition) => (
+                partition.log.clone(),
+                partition.log.written_end_offset() + 1,
+            ),
             None => return,
         };
         if log.wait_written(next).await.is_err() {
             return;
         }
         match partition.upgrade() {
-            Some(partition) => partition.advance_high_watermark(log.written_end_offset()),
+            Some(partition) => {
+                partition.written_moved.notify_all();
+                partition.recompute_high_watermark();
+            }
             None => return,
         }
     }

@@ -22,6 +22,7 @@ use crate::listener::ConnectionCounts;
 use crate::metadata::{MetadataImage, PartitionState, TopicMeta};
 use crate::partition::Partition;
 use crate::producers::ProducerIds;
+use crate::replication::Fetchers;
 
 pub struct Shard {
     pub router: Router<Shard>,
@@ -46,6 +47,8 @@ pub struct Shard {
     pub groups: GroupCoordinator,
     /// The producer ids this shard hands out (InitProducerId).
     pub producer_ids: ProducerIds,
+    /// The fetchers replicating the partitions this shard follows, one per leader.
+    pub fetchers: Fetchers,
     /// Connections of the whole node, counted on shard 0 (where the acceptor runs).
     pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
@@ -77,6 +80,7 @@ impl Shard {
             controller,
             groups,
             producer_ids: ProducerIds::default(),
+            fetchers: Fetchers::default(),
             connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),
@@ -154,9 +158,13 @@ impl Shard {
                 let topic = image.topic(name);
                 let settings_changed =
                     topic.map(|t| &t.configs) != previous.topic(name).map(|t| &t.configs);
-                let wanted = topic
-                    .filter(|_| settings_changed)
-                    .map(|t| (self.log_config(t), self.cleans_by(t, "compact")));
+                let wanted = topic.filter(|_| settings_changed).map(|t| {
+                    (
+                        self.log_config(t),
+                        self.cleans_by(t, "compact"),
+                        self.min_insync_replicas(t),
+                    )
+                });
                 for slot in slots.iter_mut() {
                     let Some(partition) = slot else { continue };
                     let held = topic
@@ -167,9 +175,10 @@ impl Shard {
                         gone.extend(slot.take());
                         continue;
                     };
-                    partition.update(state, node);
-                    if let Some((wanted, compacted)) = wanted {
+                    partition.update(state);
+                    if let Some((wanted, compacted, min_insync)) = wanted {
                         partition.set_compacted(compacted);
+                        partition.set_min_insync_replicas(min_insync);
                         if let Err(error) = partition.log.reconfigure(wanted) {
                             tracing::warn!(topic = %name, partition = partition.index, %error,
                                 "topic settings not applied");
@@ -218,7 +227,47 @@ impl Shard {
                 slots[index as usize] = Some(partition);
             }
         }
+        // Fetchers pick up the partitions to follow (and drop those they no longer follow).
+        self.fetchers.followed_changed.notify_all();
         Ok(failures)
+    }
+
+    /// The topic's `min.insync.replicas` (its own, else the broker's default).
+    fn min_insync_replicas(&self, topic: &TopicMeta) -> usize {
+        self.topic_setting(topic, "min.insync.replicas")
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// The partitions this shard holds a follower's replica of whose leader is `leader`,
+    /// with their topics' names.
+    pub fn followed_from(&self, leader: i32) -> Vec<(String, Rc<Partition>)> {
+        let partitions = self.partitions.borrow();
+        partitions
+            .iter()
+            .flat_map(|(name, slots)| slots.iter().flatten().map(move |p| (name, p)))
+            .filter(|(_, p)| {
+                let leadership = p.leadership();
+                !leadership.is_local && leadership.leader == leader
+            })
+            .map(|(name, p)| (name.clone(), p.clone()))
+            .collect()
+    }
+
+    /// The leaders of the partitions this shard follows.
+    pub fn followed_leaders(&self) -> Vec<i32> {
+        let partitions = self.partitions.borrow();
+        let mut leaders: Vec<i32> = partitions
+            .values()
+            .flatten()
+            .flatten()
+            .map(|p| p.leadership())
+            .filter(|l| !l.is_local && l.leader != crate::metadata::NO_LEADER)
+            .map(|l| l.leader)
+            .collect();
+        leaders.sort_unstable();
+        leaders.dedup();
+        leaders
     }
 
     /// A topic-level setting: the topic's own value, else the broker's default for it.
@@ -284,6 +333,7 @@ impl Shard {
         let log = Log::open(dir, log_config, self.cache.clone()).await?;
         let partition = Partition::new(topic.id, index, log, state, self.config.node_id);
         partition.set_compacted(self.cleans_by(topic, "compact"));
+        partition.set_min_insync_replicas(self.min_insync_replicas(topic));
         Ok(partition)
     }
 
@@ -291,6 +341,7 @@ impl Shard {
     pub async fn close(&self) {
         self.stopped.set(true);
         self.stopping.notify_all();
+        self.fetchers.followed_changed.notify_all();
         let partitions: Vec<Rc<Partition>> = {
             let mut map = self.partitions.borrow_mut();
             map.drain()

@@ -336,40 +336,39 @@ fn a_node_answers_from_the_cluster_image() {
     ids.sort();
     assert_eq!(ids, vec![1, 2, 3]);
 
-    // New topics are placed over the registered brokers; more replicas than brokers is
-    // refused, and so, until followers replicate, is more than one.
+    // New topics are placed over the registered brokers, more replicas than brokers refused;
+    // replicas are striped, each partition's next replica on the next broker.
     let create = |name: &str, replication_factor: i16| {
         CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
             .with_name(topic_name(name))
             .with_num_partitions(6)
             .with_replication_factor(replication_factor)])
     };
-    for (name, replication_factor) in [("wide", 4), ("replicated", 2)] {
-        let ResponseKind::CreateTopics(answer) = client.call(
-            7,
-            RequestKind::CreateTopics(create(name, replication_factor)),
-        ) else {
-            unreachable!()
-        };
-        assert_eq!(
-            answer.topics[0].error_code,
-            code(ResponseError::InvalidReplicationFactor),
-            "{name}"
-        );
-    }
     let ResponseKind::CreateTopics(answer) =
-        client.call(7, RequestKind::CreateTopics(create("striped", 1)))
+        client.call(7, RequestKind::CreateTopics(create("wide", 4)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        answer.topics[0].error_code,
+        code(ResponseError::InvalidReplicationFactor)
+    );
+    let ResponseKind::CreateTopics(answer) =
+        client.call(7, RequestKind::CreateTopics(create("striped", 2)))
     else {
         unreachable!()
     };
     assert_eq!(answer.topics[0].error_code, 0);
-    assert_eq!(answer.topics[0].replication_factor, 1);
+    assert_eq!(answer.topics[0].replication_factor, 2);
     let answer = metadata(&mut client, &["striped"]);
     let partitions = &answer.topics[0].partitions;
     assert_eq!(partitions.len(), 6);
     let mut leaders = [0; 4];
     for partition in partitions {
-        assert_eq!(partition.replica_nodes.len(), 1);
+        let replicas: Vec<i32> = partition.replica_nodes.iter().map(|id| id.0).collect();
+        assert_eq!(replicas.len(), 2);
+        assert_eq!(replicas[1], replicas[0] % 3 + 1, "the next broker follows");
+        assert_eq!(partition.isr_nodes, partition.replica_nodes);
         assert_eq!(partition.leader_id, partition.replica_nodes[0]);
         leaders[partition.leader_id.0 as usize] += 1;
     }

@@ -10,12 +10,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{batch, metadata, produce, read_values, topic_name, Client, Node, Stopped};
+use common::cluster::{broker_ids, wait_for, Cluster};
+use common::{batch, metadata, produce, read_values, topic_name, Client, Stopped};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -27,138 +25,9 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeQuorumRequest, IncrementalAlterConfigsRequest, MetadataResponse, RequestKind,
-    ResponseKind,
+    DescribeQuorumRequest, IncrementalAlterConfigsRequest, RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
-
-const WAIT: Duration = Duration::from_secs(60);
-const CLUSTER_ID: &str = "q3ClusterTestsXXXXXXXw";
-
-struct Cluster {
-    dirs: BTreeMap<i32, PathBuf>,
-    voters: String,
-    nodes: BTreeMap<i32, Node>,
-    /// Dropped last: a node that fails shows its log from there.
-    _tmp: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
-}
-
-impl Cluster {
-    /// Formats three directories with one cluster id and starts the three nodes at once
-    /// (each waits for a quorum before it is ready).
-    fn start() -> Cluster {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let voters = (1..=3)
-            .map(|id| format!("{id}@127.0.0.1:{}", free_port()))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut dirs = BTreeMap::new();
-        for id in 1..=3 {
-            let dir = tmp.path().join(format!("node-{id}"));
-            std::fs::create_dir_all(&dir).expect("dir");
-            let output = Command::new(env!("CARGO_BIN_EXE_ringlog"))
-                .args(["format", "--cluster-id", CLUSTER_ID])
-                .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
-                .args(["--set", &format!("node.id={id}")])
-                .env("RUST_LOG", "warn")
-                .output()
-                .expect("ringlog format runs");
-            assert!(output.status.success(), "{output:?}");
-            dirs.insert(id, dir);
-        }
-        let mut cluster = Cluster {
-            _tmp: tmp,
-            dirs,
-            voters,
-            nodes: BTreeMap::new(),
-        };
-        let started: Vec<(i32, Node)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (1..=3)
-                .map(|id| {
-                    let cluster = &cluster;
-                    scope.spawn(move || (id, cluster.launch(id)))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a node starts"))
-                .collect()
-        });
-        cluster.nodes.extend(started);
-        cluster
-    }
-
-    fn settings(&self, id: i32) -> Vec<String> {
-        vec![
-            format!("node.id={id}"),
-            format!("controller.quorum.voters={}", self.voters),
-            // A dead broker is fenced within seconds, not Kafka's default 9.
-            "broker.heartbeat.interval.ms=200".into(),
-            "broker.session.timeout.ms=1500".into(),
-            // Snapshots of the metadata log every few records, so that a node that was down
-            // catches up from one.
-            "metadata.log.max.record.bytes.between.snapshots=2048".into(),
-        ]
-    }
-
-    fn launch(&self, id: i32) -> Node {
-        let settings = self.settings(id);
-        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
-        Node::start_in(&self.dirs[&id], &settings)
-    }
-
-    fn client(&self, id: i32) -> Client {
-        self.nodes[&id].connect()
-    }
-
-    /// Waits until every running node gives the same account of the cluster: its brokers,
-    /// every topic's id, and each partition's leader, epochs, replicas and ISR.
-    fn wait_agreed(&self) {
-        wait_for(|| {
-            let accounts: Vec<String> = self
-                .nodes
-                .keys()
-                .map(|&id| account(&mut self.client(id)))
-                .collect();
-            accounts.iter().all(|a| *a == accounts[0]).then_some(())
-        });
-    }
-
-    /// The controller every running node names, once they agree and it is one of them.
-    fn controller(&self) -> i32 {
-        wait_for(|| {
-            let named: Vec<i32> = self
-                .nodes
-                .keys()
-                .map(|&id| metadata(&mut self.client(id), &[]).controller_id.0)
-                .collect();
-            let first = named[0];
-            (named.iter().all(|&c| c == first) && self.nodes.contains_key(&first)).then_some(first)
-        })
-    }
-}
-
-fn wait_for<T>(mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "not within {WAIT:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn broker_ids(answer: &MetadataResponse) -> Vec<i32> {
-    let mut ids: Vec<i32> = answer.brokers.iter().map(|b| b.node_id.0).collect();
-    ids.sort_unstable();
-    ids
-}
 
 /// CreateTopics of `topic` (3 partitions, one replica each): the topic's error code.
 fn create(client: &mut Client, topic: &str) -> i16 {
@@ -227,32 +96,6 @@ fn config(client: &mut Client, topic: &str, key: &str) -> Option<String> {
     };
     let found = answer.results[0].configs.first()?;
     found.value.as_ref().map(|v| v.to_string())
-}
-
-/// A node's Metadata for everything, in a canonical order: equal on two nodes exactly
-/// when their images agree on what clients see.
-fn account(client: &mut Client) -> String {
-    let request = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
-    let ResponseKind::Metadata(answer) = client.call(12, RequestKind::Metadata(request)) else {
-        unreachable!()
-    };
-    let mut lines = vec![format!("brokers {:?}", broker_ids(&answer))];
-    for topic in &answer.topics {
-        for p in &topic.partitions {
-            lines.push(format!(
-                "{:?} {} {} leader {} epoch {} replicas {:?} isr {:?}",
-                topic.name,
-                topic.topic_id,
-                p.partition_index,
-                p.leader_id.0,
-                p.leader_epoch,
-                p.replica_nodes,
-                p.isr_nodes
-            ));
-        }
-    }
-    lines.sort();
-    lines.join("\n")
 }
 
 /// The topics a node's Metadata lists (asking for all of them creates none).
@@ -393,10 +236,14 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
         ResponseError::UnknownTopicOrPartition.code()
     );
     assert_eq!(create(&mut cluster.client(controller), "spread"), 0);
-    // Followers do not replicate yet: a partition is not placed where nothing would copy it.
+    // A partition has up to one replica per broker.
+    assert_eq!(
+        create_replicated(&mut cluster.client(controller), "replicated", 4),
+        ResponseError::InvalidReplicationFactor.code()
+    );
     assert_eq!(
         create_replicated(&mut cluster.client(controller), "replicated", 3),
-        ResponseError::InvalidReplicationFactor.code()
+        0
     );
     // Every node sees the topic, with the same leaders, spread over the three brokers.
     let spread = wait_for(|| leaders(&cluster, controller, "spread"));

@@ -361,8 +361,8 @@ impl Controller {
     }
 
     /// Fences incarnation `broker_epoch` of broker `broker_id` (marked as shutting down if
-    /// `controlled`), and gives each partition it led another live member of its ISR as
-    /// leader, or none (it was the only one).
+    /// `controlled`), takes it out of the ISRs it is in but not alone, and gives each
+    /// partition it led another live member of its ISR as leader, or none.
     async fn fence(
         &self,
         broker_id: i32,
@@ -382,15 +382,24 @@ impl Controller {
             .map(|b| b.id)
             .filter(|&id| id != broker_id)
             .collect();
-        records.extend(self.leader_changes(|state| {
-            (state.leader == broker_id).then(|| {
-                state
-                    .isr
+        // As KRaft does, the fenced broker leaves every ISR it is in (unless it is the last
+        // member: then the ISR still names who holds everything), and a partition it led
+        // takes the next live ISR member as leader, or none.
+        records.extend(self.partition_changes(|state| {
+            let isr = (state.isr.contains(&broker_id) && state.isr.len() > 1).then(|| {
+                let mut isr = state.isr.clone();
+                isr.retain(|&id| id != broker_id);
+                isr
+            });
+            let leader = (state.leader == broker_id).then(|| {
+                isr.as_ref()
+                    .unwrap_or(&state.isr)
                     .iter()
                     .copied()
                     .find(|id| live.contains(id))
                     .unwrap_or(NO_LEADER)
-            })
+            });
+            (leader, isr)
         }));
         self.commit(records).await
     }

@@ -51,9 +51,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Partitions one topic may have; far above what a node serves, well below overflow.
 pub const PARTITIONS_MAX: i32 = 100_000;
-/// Replicas a partition may have: one, until followers replicate the leader's log (a
-/// partition placed on followers that never fetch would claim an ISR that holds nothing).
-pub const REPLICAS_MAX: usize = 1;
 /// Producer ids in one block handed to a broker (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
@@ -285,15 +282,29 @@ impl Controller {
         &self,
         mut choose: impl FnMut(&PartitionState) -> Option<i32>,
     ) -> Vec<MetadataRecord> {
+        self.partition_changes(|state| (choose(state), None))
+    }
+
+    /// PartitionChange records giving each partition the leader and ISR `change` picks for
+    /// it (`None`: unchanged; one equal to the current value is no change), over the
+    /// proposed image.
+    fn partition_changes(
+        &self,
+        mut change: impl FnMut(&PartitionState) -> (Option<i32>, Option<Vec<i32>>),
+    ) -> Vec<MetadataRecord> {
         let image = self.proposed.borrow();
         let mut records = Vec::new();
         for topic in image.topics.values() {
             for (index, state) in (0..).zip(&topic.partitions) {
-                if let Some(leader) = choose(state).filter(|&leader| leader != state.leader) {
+                let (leader, isr) = change(state);
+                let leader = leader.filter(|&leader| leader != state.leader);
+                let isr = isr.filter(|isr| *isr != state.isr);
+                if leader.is_some() || isr.is_some() {
                     records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
                         partition_id: index,
                         topic_id: topic.id,
-                        leader: Some(leader),
+                        leader,
+                        isr,
                         ..PartitionChangeRecord::default()
                     }));
                 }
@@ -625,15 +636,6 @@ impl Controller {
             ));
         }
         let factor = replication_factor as usize;
-        if factor > REPLICAS_MAX && brokers.len() >= factor {
-            return Err(Refusal::new(
-                ResponseError::InvalidReplicationFactor,
-                format!(
-                    "Replication factor {factor} is not supported yet: partitions have \
-                     {REPLICAS_MAX} replica until followers replicate the leader's log."
-                ),
-            ));
-        }
         if factor > brokers.len() {
             return Err(Refusal::new(
                 ResponseError::InvalidReplicationFactor,
@@ -672,12 +674,6 @@ impl Controller {
             return invalid("The manual partition assignment is empty.".into());
         };
         let expected = replication.unwrap_or(first.len());
-        if expected > REPLICAS_MAX {
-            return invalid(format!(
-                "{expected} replicas per partition are not supported yet: partitions have \
-                 {REPLICAS_MAX} replica until followers replicate the leader's log."
-            ));
-        }
         for replicas in assignments {
             if replicas.is_empty() {
                 return invalid(

@@ -17,6 +17,14 @@
 //! (NOT_LEADER_OR_FOLLOWER elsewhere), and a `current_leader_epoch` (v9+) that is not the
 //! leader's is answered FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, as Kafka checks it;
 //! from v12, NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH carry the leader this node knows.
+//! From v12 a fetch whose `last_fetched_epoch` ended below its offset on the leader (a log
+//! that diverged under an earlier leader) gets no records but the diverging epoch and where
+//! it ends, so the fetcher truncates to it.
+//!
+//! A fetch with a replica id is a follower's: the leader records its position (which moves
+//! the high watermark, `Partition::record_follower_fetch`), reads it up to the completed
+//! writes rather than the high watermark, and answers a waiting one also when the high
+//! watermark moves, so followers learn it without waiting out their `max_wait_ms`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +37,7 @@ use shard::Notify;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -38,6 +46,7 @@ use storage::ReadError;
 
 use net::{Outbox, Reply, Reservation};
 
+use super::now_ms;
 use crate::errors::{self, code, NONE};
 use crate::shard_state::Shard;
 
@@ -54,6 +63,10 @@ struct Part {
     max_bytes: usize,
     /// -1: no check.
     current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher holds (v12+), -1 if none or not sent.
+    last_fetched_epoch: i32,
+    /// The follower's broker id, -1 for a consumer.
+    replica_id: i32,
     version: i16,
 }
 
@@ -70,6 +83,7 @@ pub async fn handle(
         return Reply::Respond(Box::new(ResponseKind::Fetch(refused)));
     }
     let read_committed = request.isolation_level == 1;
+    let replica_id = request.replica_id.0.max(-1);
     let mut response = FetchResponse::default().with_session_id(0);
     let mut parts_by_owner: Vec<Vec<Part>> = (0..shard.router.shard_count())
         .map(|_| Vec::new())
@@ -96,6 +110,12 @@ pub async fn handle(
                 } else {
                     -1
                 },
+                last_fetched_epoch: if version >= 12 {
+                    wanted.last_fetched_epoch
+                } else {
+                    -1
+                },
+                replica_id,
                 version,
             });
         }
@@ -109,6 +129,7 @@ pub async fn handle(
     let deadline = Instant::now() + wait;
     let min_bytes = request.min_bytes.max(0) as usize;
     let want_bytes = (request.max_bytes.max(1) as usize).min(ANSWER_BYTES_MAX);
+    let mut woken = false;
     let held = loop {
         let mut held = reserve_answer(shard, outbox.as_deref(), want_bytes).await;
         let answers = read_everywhere(shard, &parts_by_owner, read_committed, held.bytes).await;
@@ -121,11 +142,14 @@ pub async fn handle(
         for ((topic_index, partition_index), data) in answers {
             response.responses[topic_index].partitions[partition_index] = data;
         }
-        if total_bytes >= min_bytes || failed || Instant::now() >= deadline {
+        // A follower woken by a moved high watermark takes it back at once.
+        let follower_woken = woken && replica_id >= 0;
+        if total_bytes >= min_bytes || failed || follower_woken || Instant::now() >= deadline {
             break held;
         }
         drop(held); // nothing worth holding while waiting
         wait_for_data(shard, &parts_by_owner, deadline).await;
+        woken = true;
     };
     trim_to(&mut response, request.max_bytes.max(0) as usize);
     if version < 5 {
@@ -310,6 +334,24 @@ async fn read_part(
         }
         return (part.slot, data);
     }
+    if let Some((epoch, end_offset)) = diverging_epoch(&partition, &part) {
+        data.diverging_epoch = EpochEndOffset::default()
+            .with_epoch(epoch)
+            .with_end_offset(end_offset);
+        data.high_watermark = partition.high_watermark();
+        data.last_stable_offset = data.high_watermark;
+        data.log_start_offset = partition.log.log_start_offset();
+        data.records = Some(Bytes::new());
+        return (part.slot, data);
+    }
+    let follower = part.replica_id >= 0;
+    if follower
+        && part.offset <= partition.log.log_end_offset()
+        && !partition.record_follower_fetch(part.replica_id, part.offset, now_ms())
+    {
+        data.error_code = code(ResponseError::NotLeaderOrFollower);
+        return (part.slot, data);
+    }
     let result = if cap_bytes == 0 {
         // Out of budget: no records, but an offset out of range is still an error.
         let (start, end) = (
@@ -325,6 +367,11 @@ async fn read_part(
                 log_end_offset: end,
             })
         }
+    } else if follower {
+        partition
+            .read_for_follower(part.offset, cap_bytes)
+            .await
+            .map(|read| Some(read.records))
     } else {
         partition
             .read(part.offset, cap_bytes)
@@ -343,6 +390,20 @@ async fn read_part(
         Err(error) => data.error_code = errors::read_error(&error),
     }
     (part.slot, data)
+}
+
+/// Kafka's check of a fetch's `last_fetched_epoch` against the leader's log: the epoch and
+/// its end offset here if the fetcher's log cannot be a prefix of this one (the epoch ends
+/// before the fetch offset, or this log never had it).
+fn diverging_epoch(partition: &crate::partition::Partition, part: &Part) -> Option<(i32, i64)> {
+    if part.last_fetched_epoch < 0 {
+        return None;
+    }
+    let (epoch, end_offset) = partition
+        .log
+        .end_offset_for_epoch(part.last_fetched_epoch)
+        .unwrap_or((-1, -1));
+    (epoch < part.last_fetched_epoch || end_offset < part.offset).then_some((epoch, end_offset))
 }
 
 /// Returns once any owner sees one of its parts' partitions grow past the fetch offset,
@@ -369,6 +430,7 @@ async fn wait_for_data(shard: &Rc<Shard>, parts_by_owner: &[Vec<Part>], deadline
 /// Runs on the owning shard: waits until a part's partition has visible data at its offset,
 /// the deadline passes, or the shard stops.
 async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
+    let follower = parts.first().is_some_and(|part| part.replica_id >= 0);
     let partitions: Vec<_> = parts
         .iter()
         .filter_map(|part| {
@@ -378,23 +440,40 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
         })
         .collect();
     let stopping = shard.stopping.generation();
-    let generations: Vec<u64> = partitions
+    let generations: Vec<(u64, u64)> = partitions
         .iter()
-        .map(|(p, _)| p.high_watermark_moved.generation())
+        .map(|(p, _)| {
+            (
+                p.high_watermark_moved.generation(),
+                p.written_moved.generation(),
+            )
+        })
         .collect();
+    // What a consumer may read ends at the high watermark, what a follower may at the
+    // completed writes.
+    let visible_end = |p: &crate::partition::Partition| {
+        if follower {
+            p.log.written_end_offset()
+        } else {
+            p.high_watermark()
+        }
+    };
     // Checked after reading the generations, so an append in between is never missed.
     if partitions
         .iter()
-        .any(|(p, offset)| p.high_watermark() > *offset)
+        .any(|(p, offset)| visible_end(p) > *offset)
         || shard.is_stopped()
     {
         return;
     }
+    // A follower wakes for new writes and for a moved high watermark; a consumer for the
+    // high watermark only.
     let mut changes: Vec<_> = partitions
         .iter()
         .zip(&generations)
-        .map(|((partition, _), generation)| {
-            partition.high_watermark_moved.changed_since(*generation)
+        .flat_map(|((partition, _), (moved, written))| {
+            let written = follower.then(|| partition.written_moved.changed_since(*written));
+            std::iter::once(partition.high_watermark_moved.changed_since(*moved)).chain(written)
         })
         .collect();
     let mut stop = shard.stopping.changed_since(stopping);
@@ -438,7 +517,7 @@ fn trim_to(response: &mut FetchResponse, max_bytes: usize) {
 }
 
 /// Bytes of the longest prefix of `records` made of whole batches and at most `limit` long.
-fn whole_batches_within(records: &[u8], limit: usize) -> usize {
+pub(crate) fn whole_batches_within(records: &[u8], limit: usize) -> usize {
     let mut position = 0;
     while position < records.len() {
         let Ok(header) = BatchHeader::parse(&records[position..]) else {

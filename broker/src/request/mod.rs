@@ -12,7 +12,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_quorum;
-mod fetch;
+pub(crate) mod fetch;
 mod find_coordinator;
 mod group_route;
 mod heartbeat;

@@ -20,10 +20,14 @@
 //! A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER with, from v10, the
 //! leader it knows and that leader's endpoint (KIP-951), so the client need not ask Metadata.
 //!
-//! Durability (docs/ARCHITECTURE.md): `acks=1` is answered once the batch's write has
-//! completed, `acks=all` once it is fdatasynced. With `acks=0` nothing is sent back; if any
-//! part failed the connection is closed, which is how Kafka tells an acks=0 producer that
-//! something went wrong.
+//! Durability (docs/ARCHITECTURE.md): `acks=1` is answered once the batch's write on the
+//! leader has completed, `acks=all` once it is fdatasynced on the leader and the high
+//! watermark has passed it (every ISR member holds it), within the request's `timeout_ms`
+//! (REQUEST_TIMED_OUT past it). An acks=all batch is refused with NOT_ENOUGH_REPLICAS when
+//! the ISR is smaller than `min.insync.replicas`, and answered
+//! NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank below while the batch waited. With
+//! `acks=0` nothing is sent back; if any part failed the connection is closed, which is how
+//! Kafka tells an acks=0 producer that something went wrong.
 
 use std::future::Future;
 use std::rc::Rc;
@@ -56,6 +60,7 @@ struct Part {
 /// answer comes from the returned future.
 pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> Answer {
     let acks = request.acks;
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut response = ProduceResponse::default();
     let mut parts_by_owner: Vec<Vec<Part>> = (0..shard.router.shard_count())
         .map(|_| Vec::new())
@@ -90,7 +95,7 @@ pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> 
         if parts.is_empty() || invalid_acks {
             continue;
         }
-        let job = move |owner: Rc<Shard>| append_on_owner(owner, parts, acks);
+        let job = move |owner: Rc<Shard>| append_on_owner(owner, parts, acks, timeout);
         // Every part runs from here on, whatever the answer awaits first, and to its end
         // even if the client leaves and the answer is given up.
         let pending = shard.router.dispatch(shard, owner, job).await;
@@ -244,6 +249,7 @@ fn append_on_owner(
     shard: Rc<Shard>,
     parts: Vec<Part>,
     acks: i16,
+    timeout: std::time::Duration,
 ) -> impl Future<Output = Vec<((usize, usize), PartitionProduceResponse)>> {
     let now = now_ms();
     let queued: Vec<_> = parts
@@ -254,7 +260,14 @@ fn append_on_owner(
                 (None, _) => Err(refused(ResponseError::UnknownTopicOrPartition)),
                 (Some(_), None) => Err(refused(ResponseError::CorruptMessage)),
                 (Some(partition), Some(records)) => {
-                    match refuse_keyless(&partition, &part.topic, &records) {
+                    let too_few = match acks {
+                        -1 => partition.check_min_insync().err(),
+                        _ => None,
+                    };
+                    let refusal = too_few
+                        .map(|error_code| no_append(part.partition).with_error_code(error_code))
+                        .or_else(|| refuse_keyless(&partition, &part.topic, &records));
+                    match refusal {
                         Some(refusal) => Err(refusal),
                         None => {
                             let append = partition.queue_append(records, now);
@@ -296,11 +309,20 @@ fn append_on_owner(
             .into_iter()
             .map(|(answer_index, partition, end_offset)| {
                 let wait = glommio::spawn_local(async move {
-                    if acks == -1 {
-                        partition.sync().await
-                    } else {
-                        partition.wait_written(end_offset).await
+                    if acks != -1 {
+                        return partition.wait_written(end_offset).await;
                     }
+                    let replicated = async {
+                        match partition.sync().await {
+                            NONE => partition.wait_replicated(end_offset).await,
+                            failed => failed,
+                        }
+                    };
+                    let timed_out = async {
+                        glommio::timer::sleep(timeout).await;
+                        code(ResponseError::RequestTimedOut)
+                    };
+                    futures_lite::future::or(replicated, timed_out).await
                 });
                 (answer_index, wait)
             })

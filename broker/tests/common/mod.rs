@@ -6,6 +6,7 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod cluster;
 pub mod launch;
 
 use std::io::{Read, Write};
@@ -95,6 +96,15 @@ impl Node {
             dir: self.dir.clone(),
             tmp: self._tmp.take(),
         }
+    }
+
+    /// Sends `signal` (`STOP` freezes the process as a hung machine would, `CONT` thaws it).
+    pub fn signal(&self, signal: &str) {
+        let signalled = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success(), "kill -{signal}");
     }
 
     /// SIGKILL, as a crash. The data directory stays for [`Stopped::restart`].

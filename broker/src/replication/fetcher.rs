@@ -1,0 +1,369 @@
+//! A shard's replica fetchers: one task per leader the shard follows partitions of, each
+//! sending that leader one Fetch at a time for all of them, through the client crate.
+//!
+//! Invariants:
+//! - At most one fetcher per (shard, leader): `Fetchers::running` holds the leaders that
+//!   have one, and a fetcher leaves it in the same step in which it finds nothing left to
+//!   follow, so a partition handed to that leader later always finds a fetcher.
+//! - What a fetch brings is applied only to a partition that still follows the same leader
+//!   at the same leader epoch as when the fetch was sent; batches are appended as the leader
+//!   stored them (`Log::append_replicated`), in fetch order.
+//! - A divergent tail is cut where the leader's log and this one last agree (the leader's
+//!   diverging epoch, Fetch v12), never below the log start; the partition's high watermark
+//!   follows the cut.
+//! - A partition that failed is left out of fetches for `replica.fetch.backoff.ms`; a
+//!   failed connection is dropped and retried after the same backoff.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use bytes::Bytes;
+use client::Connection;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use shard::Notify;
+use storage::{AppendError, StorageError};
+
+use crate::errors::code;
+use crate::partition::{Leadership, Partition};
+use crate::request::fetch::whole_batches_within;
+use crate::request::now_ms;
+use crate::shard_state::Shard;
+
+/// The fetchers of one shard.
+#[derive(Default)]
+pub struct Fetchers {
+    /// Fired when the partitions this shard follows may have changed (an image installed)
+    /// and when the shard stops.
+    pub followed_changed: Notify,
+    /// Leaders a fetcher runs for.
+    running: RefCell<BTreeSet<i32>>,
+}
+
+/// Starts a fetcher for every leader the shard follows partitions of, as images come, until
+/// the shard stops.
+pub async fn follow_forever(shard: Rc<Shard>) {
+    loop {
+        let generation = shard.fetchers.followed_changed.generation();
+        if shard.is_stopped() {
+            return;
+        }
+        for leader in shard.followed_leaders() {
+            if shard.fetchers.running.borrow_mut().insert(leader) {
+                glommio::spawn_local(fetch_from(shard.clone(), leader)).detach();
+            }
+        }
+        shard
+            .fetchers
+            .followed_changed
+            .changed_since(generation)
+            .await;
+    }
+}
+
+async fn fetch_from(shard: Rc<Shard>, leader: i32) {
+    let mut fetcher = Fetcher {
+        shard,
+        leader,
+        connection: None,
+        resting: HashMap::new(),
+        fetch_from: HashMap::new(),
+    };
+    fetcher.run().await;
+    fetcher.shard.fetchers.running.borrow_mut().remove(&leader);
+}
+
+/// One followed partition in a fetch: its topic's name, the partition, and the leadership
+/// the fetch was sent under.
+struct Followed {
+    topic: String,
+    partition: Rc<Partition>,
+    leadership: Leadership,
+}
+
+type PartitionKey = (String, i32);
+
+struct Fetcher {
+    shard: Rc<Shard>,
+    leader: i32,
+    connection: Option<Connection>,
+    /// Partitions left out of fetches until the instant given (after an error).
+    resting: HashMap<PartitionKey, Instant>,
+    /// Where to fetch a partition from when that is past its log end: the leader's log
+    /// start, for a replica whose whole log is below it.
+    fetch_from: HashMap<PartitionKey, i64>,
+}
+
+impl Fetcher {
+    /// Fetches until the shard stops or follows nothing of this leader.
+    async fn run(&mut self) {
+        let backoff = self.shard.config.replica_fetch.backoff;
+        loop {
+            if self.shard.is_stopped() {
+                return;
+            }
+            let all = self.shard.followed_from(self.leader);
+            if all.is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            self.resting.retain(|_, until| *until > now);
+            let followed: Vec<Followed> = all
+                .into_iter()
+                .filter(|(topic, p)| !self.resting.contains_key(&(topic.clone(), p.index)))
+                .map(|(topic, partition)| Followed {
+                    topic,
+                    leadership: partition.leadership(),
+                    partition,
+                })
+                .collect();
+            if followed.is_empty() {
+                let next = self
+                    .resting
+                    .values()
+                    .min()
+                    .copied()
+                    .unwrap_or(now + backoff);
+                self.pause(next.saturating_duration_since(now)).await;
+                continue;
+            }
+            match self.fetch(&followed).await {
+                Ok(Some(response)) => self.apply(response, &followed).await,
+                Ok(None) => return, // the shard stopped
+                Err(error) => {
+                    tracing::warn!(leader = self.leader, %error, "replica fetch failed");
+                    self.connection = None;
+                    self.pause(backoff).await;
+                }
+            }
+        }
+    }
+
+    /// Sleeps for `duration`, or less if the followed partitions change or the shard stops.
+    async fn pause(&self, duration: Duration) {
+        let changed = &self.shard.fetchers.followed_changed;
+        let generation = changed.generation();
+        futures_lite::future::or(
+            glommio::timer::sleep(duration),
+            changed.changed_since(generation),
+        )
+        .await;
+    }
+
+    /// One Fetch for every partition in `followed`; `None` if the shard stopped first.
+    async fn fetch(&mut self, followed: &[Followed]) -> Result<Option<FetchResponse>> {
+        let connection = match self.connection.take() {
+            Some(connection) => connection,
+            None => self.connect().await?,
+        };
+        let version = connection.version::<FetchRequest>()?;
+        let request = self.request(followed, version);
+        let connection = self.connection.insert(connection);
+        let stopping = self.shard.stopping.generation();
+        let stopped = async {
+            self.shard.stopping.changed_since(stopping).await;
+            None
+        };
+        let answered = async { Some(connection.call_at(version, &request).await) };
+        match futures_lite::future::or(answered, stopped).await {
+            None => Ok(None),
+            Some(answer) => answer.map(Some),
+        }
+    }
+
+    async fn connect(&self) -> Result<Connection> {
+        let address = {
+            let image = self.shard.image();
+            let broker = image
+                .live_broker(self.leader)
+                .ok_or_else(|| anyhow!("broker {} is not live", self.leader))?;
+            let endpoint = broker
+                .endpoint()
+                .ok_or_else(|| anyhow!("broker {} has no endpoint", self.leader))?;
+            format!("{}:{}", endpoint.host, endpoint.port)
+        };
+        Connection::connect(&address, "ringlog-replica-fetcher").await
+    }
+
+    fn request(&self, followed: &[Followed], version: i16) -> FetchRequest {
+        let limits = &self.shard.config.replica_fetch;
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for item in followed {
+            let log = &item.partition.log;
+            let key = (item.topic.clone(), item.partition.index);
+            let offset = log
+                .log_end_offset()
+                .max(self.fetch_from.get(&key).copied().unwrap_or(-1));
+            let partition = FetchPartition::default()
+                .with_partition(item.partition.index)
+                .with_current_leader_epoch(if version >= 9 {
+                    item.leadership.leader_epoch
+                } else {
+                    -1
+                })
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(if version >= 12 {
+                    log.latest_epoch().unwrap_or(-1)
+                } else {
+                    -1
+                })
+                .with_log_start_offset(log.log_start_offset())
+                .with_partition_max_bytes(limits.partition_bytes_max);
+            match topics
+                .iter_mut()
+                .find(|t| t.topic.0.as_str() == item.topic.as_str())
+            {
+                Some(topic) => topic.partitions.push(partition),
+                None => topics.push(
+                    FetchTopic::default()
+                        .with_topic(client::topic_name(&item.topic))
+                        .with_partitions(vec![partition]),
+                ),
+            }
+        }
+        FetchRequest::default()
+            .with_replica_id(BrokerId(self.shard.config.node_id))
+            .with_max_wait_ms(limits.wait_max.as_millis() as i32)
+            .with_min_bytes(limits.min_bytes)
+            .with_max_bytes(limits.response_bytes_max)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(topics)
+    }
+
+    async fn apply(&mut self, response: FetchResponse, followed: &[Followed]) {
+        if response.error_code != 0 {
+            tracing::warn!(
+                leader = self.leader,
+                error = response.error_code,
+                "fetch refused"
+            );
+            self.pause(self.shard.config.replica_fetch.backoff).await;
+            return;
+        }
+        for topic in response.responses {
+            for data in topic.partitions {
+                let Some(item) = followed.iter().find(|f| {
+                    f.topic.as_str() == topic.topic.0.as_str()
+                        && f.partition.index == data.partition_index
+                }) else {
+                    continue;
+                };
+                // The image may have moved the partition while the fetch was out.
+                if item.partition.leadership() != item.leadership {
+                    continue;
+                }
+                if let Err(error) = self.apply_partition(item, data).await {
+                    tracing::debug!(topic = %item.topic, partition = item.partition.index,
+                        leader = self.leader, %error, "replica fetch of a partition failed");
+                    let until = Instant::now() + self.shard.config.replica_fetch.backoff;
+                    self.resting
+                        .insert((item.topic.clone(), item.partition.index), until);
+                }
+            }
+        }
+    }
+
+    async fn apply_partition(&mut self, item: &Followed, data: PartitionData) -> Result<()> {
+        let partition = &item.partition;
+        let key = (item.topic.clone(), partition.index);
+        if data.error_code == code(ResponseError::OffsetOutOfRange) {
+            return self.out_of_range(item, &data).await;
+        }
+        if data.error_code != 0 {
+            let what = || format!("fetching {}-{}", item.topic, partition.index);
+            return client::check(data.error_code, None, what);
+        }
+        if data.diverging_epoch.epoch >= 0 {
+            let (epoch, end_offset) = (data.diverging_epoch.epoch, data.diverging_epoch.end_offset);
+            return truncate_diverging(partition, epoch, end_offset).await;
+        }
+        if let Some(records) = data.records.filter(|r| !r.is_empty()) {
+            append(partition, &records).await?;
+            self.fetch_from.remove(&key);
+        }
+        // The leader's log start (DeleteRecords, retention) moves this one's up to it.
+        let start = data.log_start_offset.min(partition.log.log_end_offset());
+        if start > partition.log.log_start_offset() {
+            partition.log.delete_records_before(start).await?;
+        }
+        partition.learn_leader_high_watermark(data.high_watermark);
+        Ok(())
+    }
+
+    /// The leader does not hold the fetch offset: below its log start, this replica starts
+    /// over at that start; past its end (a log the epochs could not reconcile), it cuts back
+    /// to the leader's high watermark.
+    async fn out_of_range(&mut self, item: &Followed, data: &PartitionData) -> Result<()> {
+        let log = &item.partition.log;
+        let key = (item.topic.clone(), item.partition.index);
+        let (leader_start, leader_high_watermark) = (data.log_start_offset, data.high_watermark);
+        if leader_start >= 0 && log.log_end_offset() < leader_start {
+            if log.log_end_offset() > log.log_start_offset() {
+                log.truncate_to(log.log_start_offset()).await?;
+                item.partition.truncated_to(log.log_start_offset());
+            }
+            tracing::info!(topic = %item.topic, partition = item.partition.index, leader_start,
+                "replica below the leader's log start: fetching from there");
+            self.fetch_from.insert(key, leader_start);
+            return Ok(());
+        }
+        let cut = leader_high_watermark.max(log.log_start_offset());
+        if cut < log.log_end_offset() {
+            tracing::warn!(topic = %item.topic, partition = item.partition.index, cut,
+                "replica past the leader's log: truncating to its high watermark");
+            log.truncate_to(cut).await?;
+            item.partition.truncated_to(cut);
+        }
+        Ok(())
+    }
+}
+
+/// Cuts `partition`'s log where it last agrees with the leader, given the leader's
+/// diverging `epoch` and the offset that epoch ends at on the leader (Kafka's
+/// `getOffsetTruncationState`): if this log has that epoch, to the smaller of both ends;
+/// if not, to the end of its largest epoch below it, and the next fetch checks again.
+async fn truncate_diverging(partition: &Partition, epoch: i32, leader_end: i64) -> Result<()> {
+    let log = &partition.log;
+    let cut = match log.end_offset_for_epoch(epoch) {
+        Some((own_epoch, own_end)) if own_epoch == epoch => own_end.min(leader_end),
+        Some((_, own_end)) => own_end,
+        None => leader_end,
+    };
+    let cut = cut.clamp(log.log_start_offset(), log.log_end_offset());
+    tracing::info!(
+        partition = partition.index,
+        epoch,
+        leader_end,
+        cut,
+        "replica diverged from its leader: truncating"
+    );
+    log.truncate_to(cut).await?;
+    partition.truncated_to(cut);
+    Ok(())
+}
+
+/// Appends a leader's batches to a follower's log, waiting for room when its write queue is
+/// full. A trailing partial batch (a leader may cut one at its size limit) is left for the
+/// next fetch.
+async fn append(partition: &Partition, records: &Bytes) -> Result<(), AppendError> {
+    let whole = &records[..whole_batches_within(records, records.len())];
+    if whole.is_empty() {
+        return Ok(());
+    }
+    loop {
+        match partition.log.append_replicated(whole, now_ms()) {
+            Ok(_) => return Ok(()),
+            Err(AppendError::Storage(StorageError::WriteBufferFull { .. })) => {
+                partition.log.wait_for_room(whole.len()).await?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
