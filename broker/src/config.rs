@@ -156,6 +156,9 @@ pub struct ReplicaFetchConfig {
     pub response_bytes_max: i32,
     /// `replica.fetch.backoff.ms`: the pause after a failed fetch or a partition's error.
     pub backoff: Duration,
+    /// `replica.lag.time.max.ms`: a follower that has not caught up for this long leaves
+    /// the ISR.
+    pub lag_time_max: Duration,
 }
 
 /// Consumer-group settings (Kafka's names in comments).
@@ -288,6 +291,7 @@ const BROKER_KEYS: &[&str] = &[
     "replica.fetch.max.bytes",
     "replica.fetch.response.max.bytes",
     "replica.fetch.backoff.ms",
+    "replica.lag.time.max.ms",
 ];
 
 impl BrokerConfig {
@@ -560,6 +564,7 @@ impl BrokerConfig {
                     i32::MAX,
                 )?,
                 backoff: positive_ms("replica.fetch.backoff.ms", "1000")?,
+                lag_time_max: positive_ms("replica.lag.time.max.ms", "30000")?,
             },
             groups: GroupConfig {
                 offsets_partitions: number(

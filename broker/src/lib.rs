@@ -12,7 +12,8 @@
 //! - Metadata changes only through the controller (shard 0), which commits records to the
 //!   [`metadata::MetadataStore`] and then publishes the new image to every shard before it
 //!   answers, so a topic that CreateTopics reported is servable on every shard.
-//! - `acks=all` is answered only after the batch is on disk (fdatasync, group-committed).
+//! - `acks=all` is answered only after the batch is on the leader's disk (fdatasync,
+//!   group-committed) and the high watermark has passed it (every ISR member holds it).
 
 pub mod cleaner;
 pub mod cli;

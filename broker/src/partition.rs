@@ -32,6 +32,7 @@ use uuid::Uuid;
 use crate::errors::{self, code};
 use crate::metadata::PartitionState;
 use crate::replication::ReplicaSet;
+use crate::request::now_ms;
 use kafka_protocol::error::ResponseError;
 
 /// `replica_id` of a tool that may read any replica, leader or not (Kafka's
@@ -88,12 +89,13 @@ impl Partition {
         state: &PartitionState,
         node_id: i32,
     ) -> Rc<Partition> {
+        let replicas = ReplicaSet::new(state, node_id, now_ms(), log.log_end_offset());
         let partition = Rc::new(Partition {
             topic_id,
             index,
             node_id,
             leadership: Cell::new(Leadership::of(state, node_id)),
-            replicas: RefCell::new(ReplicaSet::new(state, node_id)),
+            replicas: RefCell::new(replicas),
             high_watermark: Cell::new(log.written_end_offset()),
             log,
             high_watermark_moved: Notify::new(),
@@ -132,7 +134,9 @@ impl Partition {
             return;
         }
         self.leadership.set(Leadership::of(state, self.node_id));
-        self.replicas.borrow_mut().update(state);
+        self.replicas
+            .borrow_mut()
+            .update(state, now_ms(), self.log.log_end_offset());
         self.high_watermark_moved.notify_all();
         self.recompute_high_watermark();
     }
@@ -141,6 +145,42 @@ impl Partition {
     pub fn replicas_and_isr(&self) -> (Vec<i32>, Vec<i32>) {
         let replicas = self.replicas.borrow();
         (replicas.replicas().to_vec(), replicas.isr().to_vec())
+    }
+
+    /// On the leader: the ISR change to propose now, if any (see `ReplicaSet::wanted_isr`).
+    pub fn isr_change(&self, lag_max_ms: i64, is_live: impl Fn(i32) -> bool) -> Option<IsrChange> {
+        if !self.leadership.get().is_local {
+            return None;
+        }
+        let replicas = self.replicas.borrow();
+        let isr = replicas.wanted_isr(now_ms(), lag_max_ms, self.high_watermark(), is_live)?;
+        Some(IsrChange {
+            leader_epoch: replicas.leader_epoch(),
+            partition_epoch: replicas.partition_epoch(),
+            isr,
+        })
+    }
+
+    /// Counts every follower as caught up now (after this node could not serve them).
+    pub fn forgive_lag(&self) {
+        self.replicas.borrow_mut().forgive_lag(now_ms());
+    }
+
+    /// The change was sent: until an image settles it, the high watermark counts the old
+    /// and the proposed ISR together.
+    pub fn propose_isr(&self, isr: Vec<i32>) {
+        self.replicas.borrow_mut().propose_isr(isr);
+    }
+
+    /// The change was refused or lost: it may be proposed again.
+    pub fn abandon_isr(&self) {
+        self.replicas.borrow_mut().abandon_isr();
+        self.recompute_high_watermark();
+    }
+
+    /// Whether `replica` is outside the ISR but has reached the high watermark: it may join.
+    pub fn may_join_isr(&self, replica: i32, offset: i64) -> bool {
+        offset >= self.high_watermark() && !self.replicas.borrow().isr().contains(&replica)
     }
 
     /// On the leader: follower `replica` fetched at `offset`. False (and nothing recorded) if
@@ -378,6 +418,15 @@ impl Partition {
         self.high_watermark_moved.notify_all();
         self.written_moved.notify_all();
     }
+}
+
+/// An ISR change a leader proposes, with the epochs it was computed at (the controller
+/// refuses it if the partition moved on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsrChange {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
 }
 
 impl Leadership {

@@ -226,6 +226,7 @@ async fn shard_main(
         .then(|| glommio::spawn_local(Controller::heartbeat_forever(shard.clone())).detach());
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
     let fetchers = glommio::spawn_local(crate::replication::follow_forever(shard.clone())).detach();
+    let isr = glommio::spawn_local(crate::replication::maintain_forever(shard.clone())).detach();
     let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
     let cleaner = crate::cleaner::start(&shard).map(glommio::Task::detach);
     let expiry = glommio::spawn_local(crate::producers::expire_forever(shard.clone())).detach();
@@ -257,6 +258,7 @@ async fn shard_main(
     }
     flusher.cancel();
     fetchers.cancel();
+    isr.cancel();
     retention.cancel();
     if let Some(cleaner) = cleaner {
         cleaner.cancel();

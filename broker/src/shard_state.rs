@@ -49,6 +49,8 @@ pub struct Shard {
     pub producer_ids: ProducerIds,
     /// The fetchers replicating the partitions this shard follows, one per leader.
     pub fetchers: Fetchers,
+    /// Fired when a follower outside a partition's ISR this shard leads may join it.
+    pub isr_wanted: Notify,
     /// Connections of the whole node, counted on shard 0 (where the acceptor runs).
     pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
@@ -81,6 +83,7 @@ impl Shard {
             groups,
             producer_ids: ProducerIds::default(),
             fetchers: Fetchers::default(),
+            isr_wanted: Notify::new(),
             connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),

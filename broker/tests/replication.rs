@@ -1,11 +1,16 @@
 //! Replicated partitions on three nodes (RF 3, `min.insync.replicas=2`): followers fetch
 //! from their leaders, acks=all is answered once every ISR member holds the batch, and
 //! losing brokers loses no acknowledged record.
-//! - A follower that hangs (SIGSTOP) holds acks=all answers back until it is fenced and
-//!   leaves the ISR; an answered record is visible at once (the high watermark passed it).
-//! - kill -9 of a leader moves its leaderships to the ISR member left, which holds every
-//!   acknowledged record; with one replica in sync, acks=all is refused with
-//!   NOT_ENOUGH_REPLICAS while acks=1 still works.
+//! - A follower that hangs (SIGSTOP) holds acks=all answers back until it is fenced (or,
+//!   alive, lags `replica.lag.time.max.ms`) and leaves the ISR; an answered record is
+//!   visible at once (the high watermark passed it). Back, it catches up and rejoins.
+//! - kill -9 of a leader moves its leaderships to ISR members, which hold every
+//!   acknowledged record, and acks=all goes on with two in sync; with one (the second
+//!   stopped by SIGTERM: every node is also a metadata voter, and one voter of three cannot
+//!   commit a fencing), acks=all is refused with NOT_ENOUGH_REPLICAS while acks=1 works.
+//! - A follower stopped and restarted catches up on what it missed and rejoins the ISR.
+//! - A leader deposed while it held acks=1 records alone truncates them (the diverging
+//!   epoch of Fetch v12) and converges on the new leader's log.
 //!
 //! Every wait is bounded.
 
@@ -59,15 +64,12 @@ fn states(cluster: &Cluster, id: i32) -> BTreeMap<i32, (i32, Vec<i32>)> {
         .collect()
 }
 
-/// Once every running node agrees that no partition is led by or in sync on a node not in
-/// `alive`, and each has a leader: partition → leader.
+/// Once every node in `alive` agrees that no partition is led by or in sync on a node not
+/// in `alive`, and each has a leader: partition → leader.
+#[track_caller]
 fn leaders_among(cluster: &Cluster, alive: &[i32]) -> BTreeMap<i32, i32> {
     wait_for(|| {
-        let seen: Vec<_> = cluster
-            .nodes
-            .keys()
-            .map(|&id| states(cluster, id))
-            .collect();
+        let seen: Vec<_> = alive.iter().map(|&id| states(cluster, id)).collect();
         let first = seen[0].clone();
         let settled = first.len() == PARTITIONS as usize
             && seen.iter().all(|s| *s == first)
@@ -86,19 +88,19 @@ fn produce_round(
     round: &str,
     acks: i16,
     error: i16,
-    acknowledged: &mut BTreeMap<i32, Vec<Bytes>>,
+    acknowledged: &mut Acknowledged,
 ) {
     for (&partition, &leader) in leaders {
         let mut client = cluster.client(leader);
         for i in 0..10 {
             let value = format!("{round}-{partition}-{i}");
-            let (code, _) = produce(
-                &mut client,
-                TOPIC,
-                partition,
-                batch(&[value.as_bytes()]),
-                acks,
-            );
+            // A leader's shard may open the partition a moment after its Metadata lists
+            // it: that answer is retriable, as clients take it.
+            let code = wait_for(|| {
+                let records = batch(&[value.as_bytes()]);
+                let (code, _) = produce(&mut client, TOPIC, partition, records, acks);
+                (code != ResponseError::UnknownTopicOrPartition.code()).then_some(code)
+            });
             assert_eq!(code, error, "{value} with acks={acks} on leader {leader}");
             if code == 0 {
                 acknowledged
@@ -111,11 +113,8 @@ fn produce_round(
 }
 
 /// Waits until each partition's leader serves exactly what was acknowledged, in order.
-fn wait_readable(
-    cluster: &Cluster,
-    leaders: &BTreeMap<i32, i32>,
-    acknowledged: &BTreeMap<i32, Vec<Bytes>>,
-) {
+#[track_caller]
+fn wait_readable(cluster: &Cluster, leaders: &BTreeMap<i32, i32>, acknowledged: &Acknowledged) {
     for (&partition, &leader) in leaders {
         let expected = &acknowledged[&partition];
         wait_for(|| {
@@ -130,54 +129,229 @@ fn wait_readable(
     }
 }
 
-#[test]
-fn acknowledged_records_survive_a_hung_follower_and_a_killed_leader() {
-    let mut cluster = Cluster::start_with(&["replica.fetch.backoff.ms=100"]);
+/// What each partition's leader answered acks=all for, in order.
+type Acknowledged = BTreeMap<i32, Vec<Bytes>>;
+
+/// Three nodes (with `extra` settings) and [`TOPIC`], every replica in sync, and a first
+/// round of acks=all records that every leader serves: the cluster, the leaders and what
+/// was acknowledged.
+#[track_caller]
+fn started(extra: &[&str]) -> (Cluster, BTreeMap<i32, i32>, Acknowledged) {
+    let mut settings = vec!["replica.fetch.backoff.ms=100"];
+    settings.extend_from_slice(extra);
+    let cluster = Cluster::start_with(&settings);
     let controller = cluster.controller();
     assert_eq!(create(&mut cluster.client(controller)), 0);
-    let mut alive: Vec<i32> = vec![1, 2, 3];
-    let leaders = leaders_among(&cluster, &alive);
+    let leaders = leaders_among(&cluster, &[1, 2, 3]);
     for (partition, (_, isr)) in states(&cluster, controller) {
         assert_eq!(
-            isr, alive,
+            isr,
+            [1, 2, 3],
             "partition {partition} starts with every replica in sync"
         );
     }
     let mut acknowledged = BTreeMap::new();
     produce_round(&cluster, &leaders, "all-three", -1, 0, &mut acknowledged);
     wait_readable(&cluster, &leaders, &acknowledged);
+    (cluster, leaders, acknowledged)
+}
 
-    // A follower of partition 0 hangs: an acks=all write to it is answered only once the
-    // follower is fenced and out of the ISR, and what is answered is visible at once.
+/// Freezes (SIGSTOP) a follower of partition 0 and writes one record there with acks=all,
+/// which must be answered (once the follower left the ISR) and then be visible at once:
+/// the high watermark passed it. Answers the frozen node.
+#[track_caller]
+fn hang_a_follower(
+    cluster: &Cluster,
+    leaders: &BTreeMap<i32, i32>,
+    acknowledged: &mut Acknowledged,
+) -> i32 {
     let leader = leaders[&0];
-    let hung = *alive.iter().find(|&&id| id != leader).expect("a follower");
+    let hung = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
     cluster.nodes[&hung].signal("STOP");
     let mut client = cluster.client(leader);
     let value = Bytes::from_static(b"while-one-hangs");
     let (code, _) = produce(&mut client, TOPIC, 0, batch(&[&value]), -1);
     assert_eq!(code, 0);
-    acknowledged.get_mut(&0).expect("round one").push(value);
+    acknowledged
+        .get_mut(&0)
+        .expect("a round before")
+        .push(value);
     assert_eq!(
         read_values(&mut client, TOPIC, 0),
         acknowledged[&0],
         "an acknowledged record is below the high watermark"
     );
-    cluster.nodes[&hung].signal("CONT");
+    hung
+}
+
+/// Stops every node but `kept`, one at a time with SIGTERM (controlled shutdowns, which the
+/// quorum commits while two voters run), until `kept` leads every partition alone:
+/// partition → leader.
+#[track_caller]
+fn stop_all_but(cluster: &mut Cluster, kept: i32) -> BTreeMap<i32, i32> {
+    let mut running: Vec<i32> = cluster.nodes.keys().copied().collect();
+    for id in running.clone().into_iter().filter(|&id| id != kept) {
+        let _stopped: Stopped = cluster.nodes.remove(&id).expect("running").stop();
+        running.retain(|&r| r != id);
+        leaders_among(cluster, &running);
+        if running.len() > 1 {
+            // The next controlled shutdown needs a controller: wait for the election.
+            cluster.controller();
+        }
+    }
+    leaders_among(cluster, &[kept])
+}
+
+#[test]
+fn acknowledged_records_survive_a_hung_follower_a_killed_leader_and_a_stopped_one() {
+    let (mut cluster, leaders, mut acknowledged) = started(&[]);
+    let mut alive: Vec<i32> = vec![1, 2, 3];
+
+    // A follower of partition 0 hangs: an acks=all write to it is answered only once the
+    // follower is fenced and out of the ISR, and what is answered is visible at once.
+    let hung = hang_a_follower(&cluster, &leaders, &mut acknowledged);
     alive.retain(|&id| id != hung);
     let leaders = leaders_among(&cluster, &alive);
     wait_readable(&cluster, &leaders, &acknowledged);
-    // Two in sync is enough for min.insync.replicas=2.
-    produce_round(&cluster, &leaders, "two-in-sync", -1, 0, &mut acknowledged);
+    // Back, it catches up and rejoins every ISR.
+    cluster.nodes[&hung].signal("CONT");
+    alive.push(hung);
+    alive.sort_unstable();
+    wait_isr(&cluster, &alive);
 
-    // kill -9 the leader of partition 0: the last ISR member leads everything, holds
-    // everything acknowledged, and refuses acks=all.
+    // kill -9 the leader of partition 0: its leaderships go to the ISR members left, which
+    // hold everything acknowledged, and two in sync is enough for min.insync.replicas=2.
     let killed = leaders[&0];
     let _killed: Stopped = cluster.nodes.remove(&killed).expect("running").kill();
     alive.retain(|&id| id != killed);
+    let leaders = leaders_among(&cluster, &alive);
+    wait_readable(&cluster, &leaders, &acknowledged);
+    produce_round(&cluster, &leaders, "two-in-sync", -1, 0, &mut acknowledged);
+
+    // A second one stops: the last leads everything alone, holds everything acknowledged,
+    // and refuses acks=all.
+    let second = alive[0];
+    let _second: Stopped = cluster.nodes.remove(&second).expect("running").stop();
+    alive.retain(|&id| id != second);
     let leaders = leaders_among(&cluster, &alive);
     wait_readable(&cluster, &leaders, &acknowledged);
     let refused = ResponseError::NotEnoughReplicas.code();
     produce_round(&cluster, &leaders, "alone", -1, refused, &mut acknowledged);
     produce_round(&cluster, &leaders, "alone-acks-1", 1, 0, &mut acknowledged);
     wait_readable(&cluster, &leaders, &acknowledged);
+}
+
+/// Waits until every running node names all of `isr` (sorted) as each partition's ISR.
+#[track_caller]
+fn wait_isr(cluster: &Cluster, isr: &[i32]) {
+    wait_for(|| {
+        cluster
+            .nodes
+            .keys()
+            .all(|&id| {
+                let states = states(cluster, id);
+                states.len() == PARTITIONS as usize && states.values().all(|(_, i)| i == isr)
+            })
+            .then_some(())
+    });
+}
+
+#[test]
+fn a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up() {
+    // Brokers stay registered through a minute of silence: only the lag takes a follower out.
+    let (mut cluster, leaders, mut acknowledged) = started(&[
+        "replica.lag.time.max.ms=1000",
+        "broker.session.timeout.ms=60000",
+    ]);
+    let all = [1, 2, 3];
+
+    // A follower hangs without being fenced: it leaves the ISR for its lag, and acks=all
+    // is answered by the two left.
+    let hung = hang_a_follower(&cluster, &leaders, &mut acknowledged);
+    let leader = leaders[&0];
+    let in_sync: Vec<i32> = all.iter().copied().filter(|&id| id != hung).collect();
+    wait_for(|| {
+        let (_, isr) = states(&cluster, leader)[&0].clone();
+        (isr == in_sync).then_some(())
+    });
+
+    // Thawed, it catches up and every ISR is whole again.
+    cluster.nodes[&hung].signal("CONT");
+    wait_isr(&cluster, &all);
+
+    // Stopped and restarted, it catches up on what it missed and rejoins.
+    let stopped = cluster.nodes.remove(&hung).expect("running").stop();
+    let leaders = leaders_among(&cluster, &in_sync);
+    produce_round(
+        &cluster,
+        &leaders,
+        "while-stopped",
+        -1,
+        0,
+        &mut acknowledged,
+    );
+    drop(stopped);
+    let node = cluster.launch(hung);
+    cluster.nodes.insert(hung, node);
+    wait_isr(&cluster, &all);
+
+    // The two others stop in turn (controlled shutdowns, which the quorum still commits):
+    // the one that was away leads everything and holds everything acknowledged.
+    let leaders = stop_all_but(&mut cluster, hung);
+    wait_readable(&cluster, &leaders, &acknowledged);
+}
+
+#[test]
+fn a_deposed_leader_truncates_what_only_it_held_and_converges_on_the_new_leaders_log() {
+    let (mut cluster, leaders, mut acknowledged) = started(&[]);
+    let all = [1, 2, 3];
+
+    // The followers of partition 0 hang; its leader takes acks=1 records alone.
+    let deposed = leaders[&0];
+    let followers: Vec<i32> = all.iter().copied().filter(|&id| id != deposed).collect();
+    for id in &followers {
+        cluster.nodes[id].signal("STOP");
+    }
+    let mut client = cluster.client(deposed);
+    let alone = |i: usize| Bytes::from(format!("only-on-{deposed}-{i}"));
+    for i in 0..20 {
+        let (code, _) = produce(&mut client, TOPIC, 0, batch(&[&alone(i)]), 1);
+        assert_eq!(code, 0, "acks=1 is the leader's write alone");
+    }
+    // Then the leader hangs and the followers come back: one of them leads at a new epoch
+    // and takes acks=all writes. What the deposed leader held alone is not there, but for
+    // what the followers' last fetches brought before they hung (acks=1 promises nothing
+    // more).
+    cluster.nodes[&deposed].signal("STOP");
+    for id in &followers {
+        cluster.nodes[id].signal("CONT");
+    }
+    let leaders = leaders_among(&cluster, &followers);
+    produce_round(&cluster, &leaders, "new-epoch", -1, 0, &mut acknowledged);
+    let new_leader = leaders[&0];
+    let new_log = wait_for(|| {
+        let log = read_values(&mut cluster.client(new_leader), TOPIC, 0);
+        log.ends_with(&acknowledged[&0][acknowledged[&0].len() - 10..])
+            .then_some(log)
+    });
+    assert!(
+        !new_log.contains(&alone(19)),
+        "the new leader has the deposed one's tail"
+    );
+    let kept: Vec<&Bytes> = new_log
+        .iter()
+        .filter(|v| !v.starts_with(b"only-on-"))
+        .collect();
+    assert_eq!(kept, acknowledged[&0].iter().collect::<Vec<_>>());
+
+    // Back, the deposed leader truncates its own tail, fetches the new leader's, and
+    // rejoins the ISR; left alone, it serves the new leader's log.
+    cluster.nodes[&deposed].signal("CONT");
+    wait_isr(&cluster, &all);
+    stop_all_but(&mut cluster, deposed);
+    assert_eq!(read_values(&mut cluster.client(deposed), TOPIC, 0), new_log);
 }

@@ -18,9 +18,12 @@ use std::time::{Duration, Instant};
 use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 
+use uuid::Uuid;
+
 use super::{Controller, Refusal, TopicSpec};
-use crate::metadata::records::BrokerEndpoint;
-use crate::metadata::NO_LEADER;
+use crate::metadata::records::{BrokerEndpoint, PartitionChangeRecord};
+use crate::metadata::{MetadataRecord, NO_LEADER};
+use crate::partition::IsrChange;
 use crate::quorum::runner::ForwardRequest;
 use crate::quorum::QuorumStatus;
 use crate::shard_state::Shard;
@@ -73,6 +76,17 @@ pub enum ForwardedRequest {
         partition_count: i32,
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
+    },
+    /// A partition's leader changes its ISR (Kafka's AlterPartition), as of the leader and
+    /// partition epochs it computed the change at; answered with the new partition epoch.
+    AlterPartition {
+        broker_id: i32,
+        broker_epoch: i64,
+        topic_id: u128,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
     },
     /// A client's IncrementalAlterConfigs, for one topic: `Some` sets, `None` removes.
     AlterTopicConfigs {
@@ -257,6 +271,24 @@ impl Controller {
             )
             .await
             .map(|()| 0),
+            ForwardedRequest::AlterPartition {
+                broker_id,
+                broker_epoch,
+                topic_id,
+                partition,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            } => {
+                let change = IsrChange {
+                    leader_epoch,
+                    partition_epoch,
+                    isr,
+                };
+                let topic_id = uuid::Uuid::from_u128(topic_id);
+                self.alter_partition(broker_id, broker_epoch, topic_id, partition, change)
+                    .await
+            }
             ForwardedRequest::AlterTopicConfigs {
                 name,
                 changes,
@@ -358,6 +390,107 @@ impl Controller {
                 ),
             }
         }
+    }
+
+    /// Shard 0: this broker, leader of `partition` of topic `topic_id`, changes its ISR,
+    /// on the active controller or forwarded to it. Answers the new partition epoch; the
+    /// image that carries the change follows.
+    pub async fn change_isr(
+        shard: &Rc<Shard>,
+        topic_id: Uuid,
+        partition: i32,
+        change: IsrChange,
+    ) -> Result<i64, Refusal> {
+        let controller = Self::of(shard);
+        let node = shard.config.node_id;
+        let request = ForwardedRequest::AlterPartition {
+            broker_id: node,
+            broker_epoch: controller.broker_epoch(node),
+            topic_id: topic_id.as_u128(),
+            partition,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+            isr: change.isr,
+        };
+        controller.execute_or_forward(Some(shard), request).await
+    }
+
+    /// Kafka's AlterPartition, from the leader `broker_id` (incarnation `broker_epoch`):
+    /// commits `change`'s ISR if the partition is still at its epochs (FENCED_LEADER_EPOCH,
+    /// INVALID_UPDATE_VERSION otherwise), the ISR holds the leader and only replicas
+    /// (INVALID_REQUEST), and every member it adds is a live broker (INELIGIBLE_REPLICA).
+    /// Answers the new partition epoch.
+    async fn alter_partition(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+        topic_id: Uuid,
+        partition: i32,
+        change: IsrChange,
+    ) -> Result<i64, Refusal> {
+        let record = {
+            let image = self.proposed.borrow();
+            let current = image.brokers.get(&broker_id).map(|b| b.epoch);
+            if current != Some(broker_epoch) {
+                return Err(Refusal::new(
+                    ResponseError::StaleBrokerEpoch,
+                    format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
+                ));
+            }
+            let state = image
+                .topic_by_id(&topic_id)
+                .and_then(|topic| topic.partition(partition))
+                .ok_or_else(|| {
+                    Refusal::new(ResponseError::UnknownTopicOrPartition, "no such partition")
+                })?;
+            if state.leader != broker_id {
+                return Err(Refusal::new(
+                    ResponseError::NotLeaderOrFollower,
+                    format!("broker {broker_id} does not lead the partition"),
+                ));
+            }
+            if change.leader_epoch != state.leader_epoch {
+                return Err(Refusal::new(
+                    ResponseError::FencedLeaderEpoch,
+                    format!("the leader epoch is {}", state.leader_epoch),
+                ));
+            }
+            if change.partition_epoch != state.partition_epoch {
+                return Err(Refusal::new(
+                    ResponseError::InvalidUpdateVersion,
+                    format!("the partition epoch is {}", state.partition_epoch),
+                ));
+            }
+            let valid = change.isr.contains(&broker_id)
+                && change.isr.iter().all(|id| state.replicas.contains(id));
+            if !valid {
+                return Err(Refusal::new(
+                    ResponseError::InvalidRequest,
+                    format!(
+                        "ISR {:?} is not a set of replicas with the leader",
+                        change.isr
+                    ),
+                ));
+            }
+            if let Some(ineligible) = change
+                .isr
+                .iter()
+                .find(|id| !state.isr.contains(id) && image.live_broker(**id).is_none())
+            {
+                return Err(Refusal::new(
+                    ResponseError::IneligibleReplica,
+                    format!("broker {ineligible} is not live"),
+                ));
+            }
+            MetadataRecord::PartitionChange(PartitionChangeRecord {
+                partition_id: partition,
+                topic_id,
+                isr: Some(change.isr),
+                ..PartitionChangeRecord::default()
+            })
+        };
+        self.commit(vec![record]).await?;
+        Ok(i64::from(change.partition_epoch) + 1)
     }
 
     /// Fences incarnation `broker_epoch` of broker `broker_id` (marked as shutting down if

@@ -345,12 +345,14 @@ async fn read_part(
         return (part.slot, data);
     }
     let follower = part.replica_id >= 0;
-    if follower
-        && part.offset <= partition.log.log_end_offset()
-        && !partition.record_follower_fetch(part.replica_id, part.offset, now_ms())
-    {
-        data.error_code = code(ResponseError::NotLeaderOrFollower);
-        return (part.slot, data);
+    if follower && part.offset <= partition.log.log_end_offset() {
+        if !partition.record_follower_fetch(part.replica_id, part.offset, now_ms()) {
+            data.error_code = code(ResponseError::NotLeaderOrFollower);
+            return (part.slot, data);
+        }
+        if partition.may_join_isr(part.replica_id, part.offset) {
+            shard.isr_wanted.notify_all();
+        }
     }
     let result = if cap_bytes == 0 {
         // Out of budget: no records, but an offset out of range is still an error.

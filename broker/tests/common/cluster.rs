@@ -134,6 +134,7 @@ impl Cluster {
     }
 }
 
+#[track_caller]
 pub fn wait_for<T>(mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + WAIT;
     loop {

@@ -1,0 +1,72 @@
+//! The ISR, kept by each leader: a shard proposes, for the partitions it leads, to drop
+//! followers that have not caught up for `replica.lag.time.max.ms` and to add back those
+//! that reached the high watermark (Kafka's AlterPartition, through the controller).
+//!
+//! Invariants: a partition has at most one change in flight, computed at its current leader
+//! and partition epochs (the controller refuses a stale one); until an image settles it,
+//! the high watermark counts the old and the proposed ISR together (`ReplicaSet`). Checks run
+//! every half lag limit, as Kafka's do, and at once when a follower outside the ISR reaches
+//! the high watermark. A shard that could not check for longer than the lag limit (the
+//! process was paused or starved) shrinks nothing on its first check back: its followers'
+//! fetches could not be served meanwhile, so their silence says nothing about them.
+
+use std::rc::Rc;
+
+use crate::controller::Controller;
+use crate::shard_state::Shard;
+
+/// Keeps the ISRs of the partitions this shard leads until the shard stops.
+pub async fn maintain_forever(shard: Rc<Shard>) {
+    let lag_max = shard.config.replica_fetch.lag_time_max;
+    let mut last_check = std::time::Instant::now();
+    loop {
+        let generation = shard.isr_wanted.generation();
+        if shard.is_stopped() {
+            return;
+        }
+        if last_check.elapsed() > lag_max {
+            tracing::info!(stalled = ?last_check.elapsed(), "ISR checks were stalled: no shrink this time");
+            for partition in shard.owned_partitions() {
+                partition.forgive_lag();
+            }
+        }
+        last_check = std::time::Instant::now();
+        propose_changes(&shard).await;
+        futures_lite::future::or(
+            glommio::timer::sleep(lag_max / 2),
+            shard.isr_wanted.changed_since(generation),
+        )
+        .await;
+    }
+}
+
+/// Proposes every ISR change due on this shard's partitions, one at a time.
+async fn propose_changes(shard: &Rc<Shard>) {
+    let image = shard.image();
+    let lag_max_ms = shard.config.replica_fetch.lag_time_max.as_millis() as i64;
+    for (topic, partition) in shard.owned_partitions_by_topic() {
+        let Some(change) = partition.isr_change(lag_max_ms, |id| image.live_broker(id).is_some())
+        else {
+            continue;
+        };
+        tracing::info!(topic, partition = partition.index, isr = ?change.isr, "proposing an ISR");
+        partition.propose_isr(change.isr.clone());
+        let (topic_id, index) = (partition.topic_id, partition.index);
+        let job = move |zero: Rc<Shard>| async move {
+            Controller::change_isr(&zero, topic_id, index, change).await
+        };
+        match shard.router.call(shard, 0, job).await {
+            Ok(Ok(_)) => {} // the image carrying it settles the proposal
+            Ok(Err(refusal)) => {
+                tracing::info!(
+                    topic,
+                    partition = index,
+                    message = refusal.message,
+                    "ISR change refused"
+                );
+                partition.abandon_isr();
+            }
+            Err(_) => partition.abandon_isr(),
+        }
+    }
+}
