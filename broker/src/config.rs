@@ -164,6 +164,10 @@ pub struct ReplicaFetchConfig {
 /// Consumer-group settings (Kafka's names in comments).
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
+    /// `offsets.topic.replication.factor`: 3 in a cluster, 1 on a one-voter node unless set
+    /// (as Kafka's single-node sample configuration sets it). `__consumer_offsets` is not
+    /// created until that many brokers are live.
+    pub offsets_replication_factor: i16,
     /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` when created.
     pub offsets_partitions: i32,
     /// `offsets.retention.minutes`: committed offsets of an empty group expire after this.
@@ -275,6 +279,7 @@ const BROKER_KEYS: &[&str] = &[
     "log.cleaner.backoff.ms",
     "log.cleaner.dedupe.buffer.size",
     "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor",
     "offsets.retention.minutes",
     "offset.metadata.max.bytes",
     "group.initial.rebalance.delay.ms",
@@ -403,6 +408,9 @@ impl BrokerConfig {
         let positive_ms = |key: &str, default: &str| {
             number(key, get(key).unwrap_or(default), 1, i32::MAX as u64).map(Duration::from_millis)
         };
+        let quorum_voters = parse_voters(get("controller.quorum.voters").unwrap_or(""))?;
+        // Kafka's default of 3 is for a cluster; a one-voter node takes its sample's 1.
+        let offsets_replication = if quorum_voters.len() > 1 { "3" } else { "1" };
         let config = BrokerConfig {
             node_id: number(
                 "node.id",
@@ -412,7 +420,7 @@ impl BrokerConfig {
             )?,
             cluster_id: get("cluster.id").map(str::to_string),
             directory_id: None,
-            quorum_voters: parse_voters(get("controller.quorum.voters").unwrap_or(""))?,
+            quorum_voters,
             active_controller: Arc::new(AtomicI32::new(-1)),
             rack: get("broker.rack").map(str::to_string),
             listener,
@@ -567,6 +575,12 @@ impl BrokerConfig {
                 lag_time_max: positive_ms("replica.lag.time.max.ms", "30000")?,
             },
             groups: GroupConfig {
+                offsets_replication_factor: number(
+                    "offsets.topic.replication.factor",
+                    get("offsets.topic.replication.factor").unwrap_or(offsets_replication),
+                    1,
+                    i16::MAX,
+                )?,
                 offsets_partitions: number(
                     "offsets.topic.num.partitions",
                     get("offsets.topic.num.partitions").unwrap_or("50"),

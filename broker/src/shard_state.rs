@@ -154,6 +154,8 @@ impl Shard {
         // Logs this node no longer holds: topics that vanished or were re-created under a
         // new id, and replicas moved to other brokers. Logs it keeps take their partition's
         // leadership, and their topic's settings if they changed (IncrementalAlterConfigs).
+        // Offsets partitions whose leadership came here (true) or went away (false).
+        let mut coordination: Vec<(Rc<Partition>, bool)> = Vec::new();
         let gone: Vec<Rc<Partition>> = {
             let mut partitions = self.partitions.borrow_mut();
             let mut gone = Vec::new();
@@ -178,7 +180,12 @@ impl Shard {
                         gone.extend(slot.take());
                         continue;
                     };
+                    let was_leader = partition.leadership().is_local;
                     partition.update(state);
+                    let is_leader = partition.leadership().is_local;
+                    if name == OFFSETS_TOPIC && was_leader != is_leader {
+                        coordination.push((partition.clone(), is_leader));
+                    }
                     if let Some((wanted, compacted, min_insync)) = wanted {
                         partition.set_compacted(compacted);
                         partition.set_min_insync_replicas(min_insync);
@@ -192,6 +199,16 @@ impl Shard {
             });
             gone
         };
+        let offsets_partitions = image
+            .topic(OFFSETS_TOPIC)
+            .map_or(0, |t| t.partition_count());
+        for (partition, leads) in coordination {
+            if leads {
+                self.groups.load(&partition).await?;
+            } else {
+                self.groups.unload(partition.index, offsets_partitions);
+            }
+        }
         let mut failures = Vec::new();
         for partition in gone {
             partition.retire();

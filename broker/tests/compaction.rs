@@ -17,15 +17,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use common::{create_topic, fetch_at, produce, topic_name, Client, Node};
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
-use kafka_protocol::messages::{
-    GroupId, OffsetCommitRequest, OffsetFetchRequest, RequestKind, ResponseKind,
-};
-use kafka_protocol::protocol::StrBytes;
+use common::{commit_offset, committed_offset, create_topic, fetch_at, produce, Client, Node};
+use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -192,35 +185,15 @@ fn a_compacted_topic_keeps_the_latest_value_of_each_key() {
 
 /// A standalone consumer's commit (generation -1) of `offset` for partition 0 of `topic`.
 fn commit(client: &mut Client, group: &str, topic: &str, offset: i64) {
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![OffsetCommitRequestTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(vec![OffsetCommitRequestPartition::default()
-                .with_partition_index(0)
-                .with_committed_offset(offset)])]);
-    let ResponseKind::OffsetCommit(answer) = client.call(8, RequestKind::OffsetCommit(request))
-    else {
-        unreachable!()
-    };
     assert_eq!(
-        answer.topics[0].partitions[0].error_code, 0,
+        commit_offset(client, group, topic, 0, offset),
+        0,
         "commit {offset}"
     );
 }
 
 fn committed(client: &mut Client, group: &str, topic: &str) -> i64 {
-    let request = OffsetFetchRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
-        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-            .with_name(topic_name(topic))
-            .with_partition_indexes(vec![0])]));
-    let ResponseKind::OffsetFetch(answer) = client.call(7, RequestKind::OffsetFetch(request))
-    else {
-        unreachable!()
-    };
-    answer.topics[0].partitions[0].committed_offset
+    committed_offset(client, group, topic, 0).1
 }
 
 #[test]

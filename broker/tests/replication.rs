@@ -11,6 +11,8 @@
 //! - A follower stopped and restarted catches up on what it missed and rejoins the ISR.
 //! - A leader deposed while it held acks=1 records alone truncates them (the diverging
 //!   epoch of Fetch v12) and converges on the new leader's log.
+//! - A group's committed offsets survive a kill -9 of its coordinator: `__consumer_offsets`
+//!   is replicated, and the new leader of the group's partition serves them.
 //!
 //! Every wait is bounded.
 
@@ -20,7 +22,10 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use common::cluster::{wait_for, Cluster};
-use common::{batch, metadata, produce, read_values, topic_name, Client, Stopped};
+use common::{
+    batch, commit_offset, committed_offset, find_coordinator, metadata, produce, read_values,
+    topic_name, Client, Stopped,
+};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{CreateTopicsRequest, RequestKind, ResponseKind};
@@ -354,4 +359,42 @@ fn a_deposed_leader_truncates_what_only_it_held_and_converges_on_the_new_leaders
     wait_isr(&cluster, &all);
     stop_all_but(&mut cluster, deposed);
     assert_eq!(read_values(&mut cluster.client(deposed), TOPIC, 0), new_log);
+}
+
+/// The coordinator of `group` as the nodes in `alive` name it, once they agree, it is one of
+/// them and it serves the group (`__consumer_offsets` is created on first use).
+#[track_caller]
+fn coordinator_among(cluster: &Cluster, alive: &[i32], group: &str) -> i32 {
+    wait_for(|| {
+        let named: Vec<(i16, i32)> = alive
+            .iter()
+            .map(|&id| find_coordinator(&mut cluster.client(id), group))
+            .collect();
+        let (code, first) = named[0];
+        let agreed = code == 0 && named.iter().all(|n| *n == named[0]) && alive.contains(&first);
+        let serving =
+            agreed && committed_offset(&mut cluster.client(first), group, TOPIC, 0).0 == 0;
+        serving.then_some(first)
+    })
+}
+
+#[test]
+fn committed_offsets_survive_the_loss_of_the_groups_coordinator() {
+    let (mut cluster, _, _) = started(&["offsets.topic.num.partitions=3"]);
+    let mut alive = vec![1, 2, 3];
+    let coordinator = coordinator_among(&cluster, &alive, "readers");
+    let mut client = cluster.client(coordinator);
+    assert_eq!(commit_offset(&mut client, "readers", TOPIC, 0, 7), 0);
+    assert_eq!(committed_offset(&mut client, "readers", TOPIC, 0), (0, 7));
+    // The offsets topic is replicated like any other (offsets.topic.replication.factor is
+    // 3 in a cluster): a new coordinator, the new leader of the group's partition, has the
+    // commit.
+    let _killed: Stopped = cluster.nodes.remove(&coordinator).expect("running").kill();
+    alive.retain(|&id| id != coordinator);
+    let moved = coordinator_among(&cluster, &alive, "readers");
+    assert_ne!(moved, coordinator);
+    let mut client = cluster.client(moved);
+    assert_eq!(committed_offset(&mut client, "readers", TOPIC, 0), (0, 7));
+    assert_eq!(commit_offset(&mut client, "readers", TOPIC, 0, 9), 0);
+    assert_eq!(committed_offset(&mut client, "readers", TOPIC, 0), (0, 9));
 }

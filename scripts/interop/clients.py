@@ -1,9 +1,9 @@
 """confluent-kafka helpers shared by the interop tests.
 
 Thin, bounded wrappers: every wait has a deadline and every delivery or fetch
-error is raised, never swallowed. There are no consumer groups yet, so reading
-uses assign() with explicit offsets and stops at the high watermark that
-ListOffsets reported when the read began.
+error is raised, never swallowed. Most reading uses assign() with explicit offsets
+and stops at the high watermark that ListOffsets reported when the read began;
+consume_group() reads as a member of a consumer group.
 """
 
 import time
@@ -46,6 +46,27 @@ def consumer(bootstrap, **overrides):
     }
     conf.update(overrides)
     return Consumer(conf)
+
+
+def consume_group(servers, group, topic, want, timeout):
+    """Reads `topic` in consumer group `group` until `want` records came, commits, and
+    leaves: the (partition, key, value) of each record, in the order each partition gave
+    them."""
+    c = Consumer({"bootstrap.servers": servers, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    seen = []
+    try:
+        def read():
+            for msg in c.consume(num_messages=1000, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                seen.append((msg.partition(), msg.key(), msg.value()))
+            return len(seen) >= want
+        wait_for(read, timeout, f"{want} records in group {group}")
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return seen
 
 
 def wait_for(predicate, timeout, what, interval=0.1):

@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -241,6 +242,42 @@ def finish(broker: Broker):
         problems.append(f"{broker.name} exited with {rc} after SIGTERM")
     if problems:
         pytest.fail("; ".join(problems) + "\n" + broker.log_tail(), pytrace=False)
+
+
+CLUSTER_ID = "interopQuorumClusterXw"
+
+
+def start_cluster(tmp_path, settings=None):
+    """Three nodes, each broker and controller, formatted with one cluster id and started at
+    once (each waits for a quorum before it is ready); `settings` go to every node."""
+    voters = ",".join(f"{i}@127.0.0.1:{free_port()}" for i in (1, 2, 3))
+    nodes = []
+    for node_id in (1, 2, 3):
+        node_settings = {"node.id": node_id, "controller.quorum.voters": voters}
+        node_settings.update(settings or {})
+        broker = Broker(tmp_path, settings=node_settings, name=f"node{node_id}")
+        subprocess.run([str(ringlog_bin()), "format", "--cluster-id", CLUSTER_ID,
+                        "--set", f"log.dirs={broker.data_dir}", "--set", f"node.id={node_id}"],
+                       check=True, capture_output=True)
+        nodes.append(broker)
+    errors = []
+
+    def start(broker):
+        try:
+            broker.start(ready_timeout=60)
+        except AssertionError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=start, args=(b,)) for b in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for b in nodes:
+            b.kill9()
+        raise errors[0]
+    return nodes
 
 
 @pytest.fixture

@@ -9,52 +9,20 @@ partitions again.
 
 Method: each node is formatted with one cluster id (`ringlog format`) and started with
 `node.id` and `controller.quorum.voters`; the three start at once, since each waits for a
-quorum before it is ready. Partitions have one replica (data replication is a later step):
-what a killed node leads is unavailable until it returns.
+quorum before it is ready. The topic here has one replica per partition, so what a killed
+node leads is unavailable until it returns (test_replication.py replicates them).
 """
 
-import subprocess
-import threading
-
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import NewTopic
 
-from clients import admin, produce_all, producer, topic_partitions, unique_topic, wait_for
-from conftest import Broker, finish, free_port, ringlog_bin
-
-CLUSTER_ID = "interopQuorumClusterXw"
-
+from clients import (admin, consume_group, produce_all, producer, topic_partitions,
+                     unique_topic, wait_for)
+from conftest import finish, start_cluster
 
 @pytest.fixture
 def cluster(tmp_path):
-    voters = ",".join(f"{i}@127.0.0.1:{free_port()}" for i in (1, 2, 3))
-    nodes = []
-    for node_id in (1, 2, 3):
-        broker = Broker(tmp_path, settings={"node.id": node_id,
-                                            "controller.quorum.voters": voters},
-                        name=f"node{node_id}")
-        subprocess.run([str(ringlog_bin()), "format", "--cluster-id", CLUSTER_ID,
-                        "--set", f"log.dirs={broker.data_dir}", "--set", f"node.id={node_id}"],
-                       check=True, capture_output=True)
-        nodes.append(broker)
-    errors = []
-
-    def start(broker):
-        try:
-            broker.start(ready_timeout=60)
-        except AssertionError as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=start, args=(b,)) for b in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        for b in nodes:
-            b.kill9()
-        raise errors[0]
+    nodes = start_cluster(tmp_path)
     yield nodes
     for b in nodes:
         finish(b)
@@ -98,20 +66,8 @@ def test_three_nodes_serve_topics_groups_and_survive_the_controller(cluster):
 
     # A group read through one node only: the coordinator is wherever the group lands.
     group = unique_topic("g")
-    c = Consumer({"bootstrap.servers": cluster[1].bootstrap, "group.id": group,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    seen = []
-    try:
-        def read():
-            for msg in c.consume(num_messages=1000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                seen.append((msg.key(), int(msg.value())))
-            return len(seen) >= 600
-        wait_for(read, 60, "the group to read every record")
-        c.commit(asynchronous=False)
-    finally:
-        c.close()
+    seen = [(key, int(value)) for _, key, value
+            in consume_group(cluster[1].bootstrap, group, topic, 600, 60)]
     per_key = {}
     for key, value in seen:
         per_key.setdefault(key, []).append(value)

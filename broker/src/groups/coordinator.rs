@@ -170,8 +170,13 @@ impl GroupCoordinator {
             if outcome.error_code != NONE {
                 return Err(outcome.error_code);
             }
+            // As Kafka's coordinator writes: acks=all, on the leader's disk and every ISR
+            // member's.
             match partition.sync().await {
-                NONE => Ok(()),
+                NONE => match partition.wait_replicated(outcome.end_offset).await {
+                    NONE => Ok(()),
+                    error_code => Err(error_code),
+                },
                 error_code => Err(error_code),
             }
         }

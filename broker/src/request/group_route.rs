@@ -46,8 +46,10 @@ where
     Ok(async move { pending.await.map_err(|_| unavailable) })
 }
 
-/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) on first use,
-/// as Kafka does when a client first looks for a group coordinator.
+/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`,
+/// `offsets.topic.replication.factor`) on first use, as Kafka does when a client first looks
+/// for a group coordinator; with fewer live brokers than its replication factor it is not
+/// created (COORDINATOR_NOT_AVAILABLE, which clients retry), as Kafka refuses since KIP-115.
 pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
     if shard.image().topic(OFFSETS_TOPIC).is_some() {
         return Ok(());
@@ -55,7 +57,7 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
     let spec = TopicSpec {
         name: OFFSETS_TOPIC.to_string(),
         partition_count: shard.config.groups.offsets_partitions,
-        replication_factor: 1,
+        replication_factor: shard.config.groups.offsets_replication_factor,
         assignments: None,
         configs: [
             ("cleanup.policy".to_string(), "compact".to_string()),

@@ -538,3 +538,71 @@ pub fn metadata(
     };
     answer
 }
+
+/// A standalone consumer's commit (generation -1) of `offset` for `partition` of `topic`:
+/// the partition's error code.
+pub fn commit_offset(
+    client: &mut Client,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest};
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)])]);
+    let ResponseKind::OffsetCommit(answer) = client.call(8, RequestKind::OffsetCommit(request))
+    else {
+        unreachable!()
+    };
+    answer.topics[0].partitions[0].error_code
+}
+
+/// The offset `group` committed for `partition` of `topic`: (error code, offset).
+pub fn committed_offset(
+    client: &mut Client,
+    group: &str,
+    topic: &str,
+    partition: i32,
+) -> (i16, i64) {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(topic_name(topic))
+            .with_partition_indexes(vec![partition])]));
+    let ResponseKind::OffsetFetch(answer) = client.call(7, RequestKind::OffsetFetch(request))
+    else {
+        unreachable!()
+    };
+    if answer.error_code != 0 {
+        return (answer.error_code, -1);
+    }
+    let found = &answer.topics[0].partitions[0];
+    (found.error_code, found.committed_offset)
+}
+
+/// FindCoordinator of `group`: (error code, the coordinator's node id).
+pub fn find_coordinator(client: &mut Client, group: &str) -> (i16, i32) {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    let request = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
+    let ResponseKind::FindCoordinator(answer) =
+        client.call(4, RequestKind::FindCoordinator(request))
+    else {
+        unreachable!()
+    };
+    let coordinator = &answer.coordinators[0];
+    (coordinator.error_code, coordinator.node_id.0)
+}

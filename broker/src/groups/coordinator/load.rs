@@ -1,6 +1,8 @@
 //! Loading a shard's groups: replaying an offsets partition into the groups and committed
 //! offsets it describes. Later records win and tombstones delete, as Kafka's compaction
-//! would leave them; a group is served only once its partition is loaded.
+//! would leave them; a group is served only once its partition is loaded. A node loads a
+//! partition when it becomes its leader and unloads it when it stops leading it, so a
+//! group's coordinator moves with the leadership and starts from what the log holds.
 
 use super::*;
 
@@ -50,6 +52,20 @@ impl GroupCoordinator {
             "offsets partition loaded"
         );
         Ok(())
+    }
+
+    /// Forgets the groups and offsets of offsets partition `index` (of `partition_count`):
+    /// this node no longer leads it, and whoever does serves them from the log.
+    pub fn unload(&self, index: i32, partition_count: i32) {
+        if !self.loaded.borrow_mut().remove(&index) {
+            return;
+        }
+        let elsewhere = |group: &String| partition_for(group, partition_count) != index;
+        self.groups.borrow_mut().retain(|group, _| elsewhere(group));
+        self.offsets
+            .borrow_mut()
+            .retain(|group, _| elsewhere(group));
+        tracing::debug!(partition = index, "offsets partition unloaded");
     }
 
     /// Applies one replayed record; later records win, tombstones delete.
