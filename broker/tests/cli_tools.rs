@@ -630,7 +630,7 @@ fn cluster_describe_names_the_cluster_its_controller_and_its_brokers() {
     let node = Node::start(&["broker.rack=rack-a"]);
     let out = ok(&node, &["cluster", "describe"], "");
     let lines = lines(&out);
-    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines.len(), 5, "{out}");
     let properties = std::fs::read_to_string(node.dir.join("data/meta.properties")).expect("read");
     let cluster_id = properties
         .lines()
@@ -656,6 +656,10 @@ fn cluster_describe_names_the_cluster_its_controller_and_its_brokers() {
     assert_eq!(
         lines[3],
         format!("\tVoter: 1\tLogEndOffset: {high_watermark}\tLag: 0")
+    );
+    assert_eq!(
+        lines[4],
+        "UnderReplicatedPartitions: 0\tOfflinePartitions: 0"
     );
 }
 

@@ -7,7 +7,8 @@
 //! - kill -9 of a leader moves its leaderships to ISR members, which hold every
 //!   acknowledged record, and acks=all goes on with two in sync; with one (the second
 //!   stopped by SIGTERM: every node is also a metadata voter, and one voter of three cannot
-//!   commit a fencing), acks=all is refused with NOT_ENOUGH_REPLICAS while acks=1 works.
+//!   commit a fencing), acks=all is refused with NOT_ENOUGH_REPLICAS while acks=1 works;
+//!   `ringlog cluster describe` counts the under-replicated partitions.
 //! - A follower stopped and restarted catches up on what it missed and rejoins the ISR.
 //! - A leader deposed while it held acks=1 records alone truncates them (the diverging
 //!   epoch of Fetch v12) and converges on the new leader's log.
@@ -236,6 +237,19 @@ fn acknowledged_records_survive_a_hung_follower_a_killed_leader_and_a_stopped_on
     let leaders = leaders_among(&cluster, &alive);
     wait_readable(&cluster, &leaders, &acknowledged);
     produce_round(&cluster, &leaders, "two-in-sync", -1, 0, &mut acknowledged);
+    // The tools see it: every partition lacks one replica, none lacks a leader.
+    let survivor = cluster.nodes.values().next().expect("a survivor");
+    let described = std::process::Command::new(env!("CARGO_BIN_EXE_ringlog"))
+        .args(["cluster", "describe", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{}", survivor.port))
+        .output()
+        .expect("ringlog runs");
+    assert!(described.status.success(), "{described:?}");
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.contains("UnderReplicatedPartitions: 3\tOfflinePartitions: 0"),
+        "{described}"
+    );
 
     // A second one stops: the last leads everything alone, holds everything acknowledged,
     // and refuses acks=all.
