@@ -159,6 +159,9 @@ pub struct ReplicaFetchConfig {
     /// `replica.lag.time.max.ms`: a follower that has not caught up for this long leaves
     /// the ISR.
     pub lag_time_max: Duration,
+    /// `replica.high.watermark.checkpoint.interval.ms`: how often the high watermarks are
+    /// written to `replication-offset-checkpoint`.
+    pub high_watermark_checkpoint_interval: Duration,
 }
 
 /// Consumer-group settings (Kafka's names in comments).
@@ -297,6 +300,7 @@ const BROKER_KEYS: &[&str] = &[
     "replica.fetch.response.max.bytes",
     "replica.fetch.backoff.ms",
     "replica.lag.time.max.ms",
+    "replica.high.watermark.checkpoint.interval.ms",
 ];
 
 impl BrokerConfig {
@@ -573,6 +577,10 @@ impl BrokerConfig {
                 )?,
                 backoff: positive_ms("replica.fetch.backoff.ms", "1000")?,
                 lag_time_max: positive_ms("replica.lag.time.max.ms", "30000")?,
+                high_watermark_checkpoint_interval: positive_ms(
+                    "replica.high.watermark.checkpoint.interval.ms",
+                    "5000",
+                )?,
             },
             groups: GroupConfig {
                 offsets_replication_factor: number(

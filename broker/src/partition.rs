@@ -82,12 +82,15 @@ pub struct AppendOutcome {
 }
 
 impl Partition {
+    /// The partition over `log`, as `state` describes it, its high watermark starting at
+    /// `high_watermark` (`replication::checkpoint::initial_high_watermark`).
     pub fn new(
         topic_id: Uuid,
         index: i32,
         log: Log,
         state: &PartitionState,
         node_id: i32,
+        high_watermark: i64,
     ) -> Rc<Partition> {
         let replicas = ReplicaSet::new(state, node_id, now_ms(), log.log_end_offset());
         let partition = Rc::new(Partition {
@@ -96,7 +99,7 @@ impl Partition {
             node_id,
             leadership: Cell::new(Leadership::of(state, node_id)),
             replicas: RefCell::new(replicas),
-            high_watermark: Cell::new(log.written_end_offset()),
+            high_watermark: Cell::new(high_watermark),
             log,
             high_watermark_moved: Notify::new(),
             written_moved: Notify::new(),

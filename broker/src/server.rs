@@ -199,6 +199,8 @@ async fn shard_main(
         async move { shard.router.serve(shard.clone()).await }
     })
     .detach();
+    *shard.checkpointed_high_watermarks.borrow_mut() =
+        crate::replication::checkpoint::read(&shard).await;
     let opened = shard.apply_image(image).await;
     // Wait for every shard even on failure, so no shard waits forever.
     ready.wait();
@@ -227,6 +229,10 @@ async fn shard_main(
     let flusher = glommio::spawn_local(flush_periodically(shard.clone())).detach();
     let fetchers = glommio::spawn_local(crate::replication::follow_forever(shard.clone())).detach();
     let isr = glommio::spawn_local(crate::replication::maintain_forever(shard.clone())).detach();
+    let checkpoints = (shard.id() == 0).then(|| {
+        let writer = crate::replication::checkpoint::write_forever(shard.clone());
+        glommio::spawn_local(writer).detach()
+    });
     let retention = glommio::spawn_local(crate::retention::enforce_forever(shard.clone())).detach();
     let cleaner = crate::cleaner::start(&shard).map(glommio::Task::detach);
     let expiry = glommio::spawn_local(crate::producers::expire_forever(shard.clone())).detach();
@@ -259,6 +265,9 @@ async fn shard_main(
     flusher.cancel();
     fetchers.cancel();
     isr.cancel();
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.cancel();
+    }
     retention.cancel();
     if let Some(cleaner) = cleaner {
         cleaner.cancel();

@@ -22,6 +22,7 @@ use crate::listener::ConnectionCounts;
 use crate::metadata::{MetadataImage, PartitionState, TopicMeta};
 use crate::partition::Partition;
 use crate::producers::ProducerIds;
+use crate::replication::checkpoint::{initial_high_watermark, CheckpointedHighWatermarks};
 use crate::replication::Fetchers;
 
 pub struct Shard {
@@ -51,6 +52,9 @@ pub struct Shard {
     pub fetchers: Fetchers,
     /// Fired when a follower outside a partition's ISR this shard leads may join it.
     pub isr_wanted: Notify,
+    /// The high watermarks of `replication-offset-checkpoint`, read at start, for the
+    /// partitions not opened yet.
+    pub checkpointed_high_watermarks: RefCell<CheckpointedHighWatermarks>,
     /// Connections of the whole node, counted on shard 0 (where the acceptor runs).
     pub connections: Option<Rc<ConnectionCounts>>,
     pub stopping: Notify,
@@ -84,6 +88,7 @@ impl Shard {
             producer_ids: ProducerIds::default(),
             fetchers: Fetchers::default(),
             isr_wanted: Notify::new(),
+            checkpointed_high_watermarks: RefCell::new(HashMap::new()),
             connections,
             stopping: Notify::new(),
             stopped: Cell::new(false),
@@ -351,7 +356,20 @@ impl Shard {
             .log_dir
             .join(format!("{}-{}", topic.name, index));
         let log = Log::open(dir, log_config, self.cache.clone()).await?;
-        let partition = Partition::new(topic.id, index, log, state, self.config.node_id);
+        let checkpointed = self
+            .checkpointed_high_watermarks
+            .borrow_mut()
+            .remove(&(topic.name.clone(), index));
+        let high_watermark =
+            initial_high_watermark(state.replicas.len(), checkpointed, log.written_end_offset());
+        let partition = Partition::new(
+            topic.id,
+            index,
+            log,
+            state,
+            self.config.node_id,
+            high_watermark,
+        );
         partition.set_compacted(self.cleans_by(topic, "compact"));
         partition.set_min_insync_replicas(self.min_insync_replicas(topic));
         Ok(partition)

@@ -326,8 +326,22 @@ fn a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up() {
 
 #[test]
 fn a_deposed_leader_truncates_what_only_it_held_and_converges_on_the_new_leaders_log() {
-    let (mut cluster, leaders, mut acknowledged) = started(&[]);
+    let (mut cluster, leaders, mut acknowledged) =
+        started(&["replica.high.watermark.checkpoint.interval.ms=100"]);
     let all = [1, 2, 3];
+    // Every node checkpoints the high watermarks it knows, leader or follower, in Kafka's
+    // replication-offset-checkpoint.
+    for dir in cluster.dirs.values() {
+        let path = dir.join("data/replication-offset-checkpoint");
+        wait_for(|| {
+            let text = std::fs::read_to_string(&path).ok()?;
+            let expected: Vec<String> =
+                (0..PARTITIONS).map(|p| format!("{TOPIC} {p} 10")).collect();
+            let lines: Vec<&str> = text.lines().collect();
+            let whole = lines.len() == 2 + PARTITIONS as usize && lines[..2] == ["0", "3"];
+            (whole && lines[2..] == expected).then_some(())
+        });
+    }
 
     // The followers of partition 0 hang; its leader takes acks=1 records alone.
     let deposed = leaders[&0];

@@ -13,6 +13,7 @@
 //! ([`ReplicaSet`]) lives in the partition, on its owning shard, and so does the keeping
 //! of its ISR ([`maintain_forever`]), which changes only through the controller.
 
+pub mod checkpoint;
 mod fetcher;
 mod isr;
 mod replica_set;
