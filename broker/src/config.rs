@@ -162,6 +162,10 @@ pub struct ReplicaFetchConfig {
     /// `replica.high.watermark.checkpoint.interval.ms`: how often the high watermarks are
     /// written to `replication-offset-checkpoint`.
     pub high_watermark_checkpoint_interval: Duration,
+    /// `replica.fsync.before.fetch` (ringlog's, off by default as in Kafka): a follower
+    /// fetches past a batch only once its copy is fdatasynced, and a leader counts only its
+    /// own synced records, so the high watermark means "fsynced on every ISR member".
+    pub fsync_before_fetch: bool,
 }
 
 /// Consumer-group settings (Kafka's names in comments).
@@ -301,6 +305,7 @@ const BROKER_KEYS: &[&str] = &[
     "replica.fetch.backoff.ms",
     "replica.lag.time.max.ms",
     "replica.high.watermark.checkpoint.interval.ms",
+    "replica.fsync.before.fetch",
 ];
 
 impl BrokerConfig {
@@ -580,6 +585,10 @@ impl BrokerConfig {
                 high_watermark_checkpoint_interval: positive_ms(
                     "replica.high.watermark.checkpoint.interval.ms",
                     "5000",
+                )?,
+                fsync_before_fetch: boolean(
+                    "replica.fsync.before.fetch",
+                    get("replica.fsync.before.fetch").unwrap_or("false"),
                 )?,
             },
             groups: GroupConfig {

@@ -65,6 +65,9 @@ pub struct Partition {
     retired: Cell<bool>,
     /// The topic's `min.insync.replicas`: acks=all needs an ISR at least this large.
     min_insync_replicas: Cell<usize>,
+    /// `replica.fsync.before.fetch`: this node's own records count toward the high
+    /// watermark once fdatasynced, not once written.
+    counts_synced: Cell<bool>,
     /// Whose turn it is to append.
     append_turns: Rc<Turns>,
     /// The topic's `cleanup.policy` includes `compact`: records without key are refused.
@@ -105,6 +108,7 @@ impl Partition {
             written_moved: Notify::new(),
             retired: Cell::new(false),
             min_insync_replicas: Cell::new(1),
+            counts_synced: Cell::new(false),
             append_turns: Turns::new(),
             compacted: Cell::new(false),
         });
@@ -123,6 +127,12 @@ impl Partition {
 
     pub fn leadership(&self) -> Leadership {
         self.leadership.get()
+    }
+
+    /// Counts this node's records toward the high watermark once synced (with more than
+    /// one replica; `replica.fsync.before.fetch`).
+    pub fn count_synced(&self, synced: bool) {
+        self.counts_synced.set(synced);
     }
 
     /// The topic's `min.insync.replicas`, as its settings last said.
@@ -216,7 +226,11 @@ impl Partition {
     }
 
     fn recompute_high_watermark(&self) {
-        let own_end = self.log.written_end_offset();
+        let own_end = if self.counts_synced.get() {
+            self.log.synced_end_offset()
+        } else {
+            self.log.written_end_offset()
+        };
         let is_leader = self.leadership.get().is_local;
         let computed = self.replicas.borrow().high_watermark(is_leader, own_end);
         if let Some(offset) = computed {
@@ -372,7 +386,12 @@ impl Partition {
     /// waiter: group commit). Returns the Kafka error if the disk failed.
     pub async fn sync(&self) -> i16 {
         match self.log.sync().await {
-            Ok(()) => errors::NONE,
+            Ok(()) => {
+                if self.counts_synced.get() {
+                    self.recompute_high_watermark();
+                }
+                errors::NONE
+            }
             Err(error) => {
                 if !already_reported(&error) {
                     tracing::error!(partition = self.index, %error, "sync failed");

@@ -372,6 +372,8 @@ impl Shard {
         );
         partition.set_compacted(self.cleans_by(topic, "compact"));
         partition.set_min_insync_replicas(self.min_insync_replicas(topic));
+        let replicated = state.replicas.len() > 1;
+        partition.count_synced(replicated && self.config.replica_fetch.fsync_before_fetch);
         Ok(partition)
     }
 

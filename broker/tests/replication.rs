@@ -14,6 +14,7 @@
 //!   epoch of Fetch v12) and converges on the new leader's log.
 //! - A group's committed offsets survive a kill -9 of its coordinator: `__consumer_offsets`
 //!   is replicated, and the new leader of the group's partition serves them.
+//! - With `replica.fsync.before.fetch`, consumers see only what every ISR member synced.
 //!
 //! Every wait is bounded.
 
@@ -425,4 +426,30 @@ fn committed_offsets_survive_the_loss_of_the_groups_coordinator() {
     assert_eq!(committed_offset(&mut client, "readers", TOPIC, 0), (0, 7));
     assert_eq!(commit_offset(&mut client, "readers", TOPIC, 0, 9), 0);
     assert_eq!(committed_offset(&mut client, "readers", TOPIC, 0), (0, 9));
+}
+
+#[test]
+fn with_fsync_before_fetch_the_high_watermark_counts_only_synced_copies() {
+    // No background fdatasync: only acks=all writes sync the leader.
+    let (cluster, leaders, mut acknowledged) = started(&[
+        "replica.fsync.before.fetch=true",
+        "log.flush.interval.ms=3600000",
+    ]);
+    let mut client = cluster.client(leaders[&0]);
+    // acks=1 is answered once the leader's write completed, but until a sync covers it on
+    // the leader and every follower, consumers do not see it.
+    let (code, _) = produce(&mut client, TOPIC, 0, batch(&[b"written-only"]), 1);
+    assert_eq!(code, 0);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(read_values(&mut client, TOPIC, 0), acknowledged[&0]);
+    // An acks=all write syncs the leader, and the followers sync before fetching on: both
+    // are visible the moment acks=all is answered.
+    let (code, _) = produce(&mut client, TOPIC, 0, batch(&[b"synced"]), -1);
+    assert_eq!(code, 0);
+    let expected = acknowledged.get_mut(&0).expect("round one");
+    expected.extend([
+        Bytes::from_static(b"written-only"),
+        Bytes::from_static(b"synced"),
+    ]);
+    assert_eq!(read_values(&mut client, TOPIC, 0), *expected);
 }

@@ -13,6 +13,8 @@
 //!   follows the cut.
 //! - A partition that failed is left out of fetches for `replica.fetch.backoff.ms`; a
 //!   failed connection is dropped and retried after the same backoff.
+//! - With `replica.fsync.before.fetch`, a fetch's offset never passes what is fdatasynced
+//!   here: the appended batches are synced (one group commit per fetch answer) first.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -237,7 +239,8 @@ impl Fetcher {
             .with_topics(topics)
     }
 
-    async fn apply(&mut self, response: FetchResponse, followed: &[Followed]) {
+    async fn apply<'a>(&mut self, response: FetchResponse, followed: &'a [Followed]) {
+        let mut appended: Vec<&'a Followed> = Vec::new();
         if response.error_code != 0 {
             tracing::warn!(
                 leader = self.leader,
@@ -259,34 +262,63 @@ impl Fetcher {
                 if item.partition.leadership() != item.leadership {
                     continue;
                 }
-                if let Err(error) = self.apply_partition(item, data).await {
-                    tracing::debug!(topic = %item.topic, partition = item.partition.index,
-                        leader = self.leader, %error, "replica fetch of a partition failed");
-                    let until = Instant::now() + self.shard.config.replica_fetch.backoff;
-                    self.resting
-                        .insert((item.topic.clone(), item.partition.index), until);
+                match self.apply_partition(item, data).await {
+                    Ok(true) => appended.push(item),
+                    Ok(false) => {}
+                    Err(error) => self.rest(item, &error),
+                }
+            }
+        }
+        // The next fetch's offsets tell the leader what these copies hold: with
+        // replica.fsync.before.fetch, only once they are on disk (synced together).
+        if self.shard.config.replica_fetch.fsync_before_fetch {
+            let syncs: Vec<_> = appended
+                .iter()
+                .map(|item| {
+                    let partition = item.partition.clone();
+                    glommio::spawn_local(async move { partition.sync().await })
+                })
+                .collect();
+            for (item, sync) in appended.into_iter().zip(syncs) {
+                let what = || format!("syncing {}-{}", item.topic, item.partition.index);
+                if let Err(error) = client::check(sync.await, None, what) {
+                    self.rest(item, &error);
                 }
             }
         }
     }
 
-    async fn apply_partition(&mut self, item: &Followed, data: PartitionData) -> Result<()> {
+    /// Leaves a partition that failed out of fetches for the backoff.
+    fn rest(&mut self, item: &Followed, error: &anyhow::Error) {
+        tracing::debug!(topic = %item.topic, partition = item.partition.index,
+            leader = self.leader, %error, "replica fetch of a partition failed");
+        let until = Instant::now() + self.shard.config.replica_fetch.backoff;
+        self.resting
+            .insert((item.topic.clone(), item.partition.index), until);
+    }
+
+    /// Applies one partition's answer; true if it appended batches.
+    async fn apply_partition(&mut self, item: &Followed, data: PartitionData) -> Result<bool> {
         let partition = &item.partition;
+        let mut appended = false;
         let key = (item.topic.clone(), partition.index);
         if data.error_code == code(ResponseError::OffsetOutOfRange) {
-            return self.out_of_range(item, &data).await;
+            return self.out_of_range(item, &data).await.map(|()| false);
         }
         if data.error_code != 0 {
             let what = || format!("fetching {}-{}", item.topic, partition.index);
-            return client::check(data.error_code, None, what);
+            return client::check(data.error_code, None, what).map(|()| false);
         }
         if data.diverging_epoch.epoch >= 0 {
             let (epoch, end_offset) = (data.diverging_epoch.epoch, data.diverging_epoch.end_offset);
-            return truncate_diverging(partition, epoch, end_offset).await;
+            return truncate_diverging(partition, epoch, end_offset)
+                .await
+                .map(|()| false);
         }
         if let Some(records) = data.records.filter(|r| !r.is_empty()) {
             append(partition, &records).await?;
             self.fetch_from.remove(&key);
+            appended = true;
         }
         // The leader's log start (DeleteRecords, retention) moves this one's up to it.
         let start = data.log_start_offset.min(partition.log.log_end_offset());
@@ -294,7 +326,7 @@ impl Fetcher {
             partition.log.delete_records_before(start).await?;
         }
         partition.learn_leader_high_watermark(data.high_watermark);
-        Ok(())
+        Ok(appended)
     }
 
     /// The leader does not hold the fetch offset: below its log start, this replica starts
