@@ -3,7 +3,9 @@
 # combined mode), the nodes form one metadata quorum (`controller.quorum.voters`), and each
 # has its own data directory, formatted once with one cluster id.
 #
-#   scripts/cluster.sh start [--nodes N] [--cores C]   N nodes (default 3), C shards each (1)
+#   scripts/cluster.sh start [--nodes N] [--cores C] [--set K=V]...
+#                                                      N nodes (default 3), C shards each (1),
+#                                                      every node with the settings given
 #   scripts/cluster.sh stop                            SIGTERM every node
 #   scripts/cluster.sh status                          each node's pid and the controller
 #   scripts/cluster.sh kill N                          SIGKILL node N
@@ -36,7 +38,9 @@ launch() {
     # shellcheck source=/dev/null
     . "$cluster_dir/settings"
     : >>"$dir/node.log"
-    "$ringlog" serve --cores "$cores" \
+    local setting sets=()
+    for setting in $extra; do sets+=(--set "$setting"); done
+    "$ringlog" serve --cores "$cores" "${sets[@]}" \
         --set "node.id=$id" \
         --set "log.dirs=$dir/data" \
         --set "listeners=PLAINTEXT://127.0.0.1:$((client_port + id - 1))" \
@@ -67,11 +71,12 @@ log_lines() { # lines in node $1's log so far
 }
 
 start() {
-    local nodes=3 cores=1
+    local nodes=3 cores=1 extra=""
     while [ $# -gt 0 ]; do
         case $1 in
             --nodes) nodes=$2; shift 2 ;;
             --cores) cores=$2; shift 2 ;;
+            --set) extra+="${extra:+ }$2"; shift 2 ;;
             *) usage ;;
         esac
     done
@@ -81,7 +86,7 @@ start() {
     for id in $(seq "$nodes"); do
         voters+="${voters:+,}$id@127.0.0.1:$((controller_port + id - 1))"
     done
-    printf 'voters=%s\ncores=%s\n' "$voters" "$cores" >"$cluster_dir/settings"
+    printf 'voters=%s\ncores=%s\nextra="%s"\n' "$voters" "$cores" "$extra" >"$cluster_dir/settings"
     local cluster_id
     if [ -f "$cluster_dir/cluster.id" ]; then
         cluster_id=$(cat "$cluster_dir/cluster.id")

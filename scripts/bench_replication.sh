@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# What replication costs, side by side in one run: one node at acks=all against the 3-node
+# loopback cluster (scripts/cluster.sh, 3 replicas per partition, min.insync.replicas=2) at
+# acks=all, by default and with replica.fsync.before.fetch, then one node at acks=1 for
+# reference; 100 B and 1 KiB messages from several producers, the disk's durable append
+# measured beside them (scripts/durable_append.py).
+#
+#   scripts/bench_replication.sh                    one round of every case
+#   ROUNDS=3 scripts/bench_replication.sh           alternating rounds (the cases in turn)
+#   DURATION=10s PRODUCERS=4 PARTITIONS=3 scripts/bench_replication.sh
+#
+# Every node runs unpinned with one shard and no busy polling, so three brokers and the
+# generator share the machine's CPUs (the cluster writes every byte three times to the same
+# disk). Each case gets fresh data directories. Prints one line per run: case, size,
+# msgs/s, MB/s of payload, p50 and p99 ms; the JSON of every run goes to $OUT.
+#
+# Environment: OUT (default target/bench-reports/replication-<UTC time>), RINGLOG_BIN and
+# BENCH_BIN (default: release builds, built if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${ROUNDS:-1}
+duration=${DURATION:-10s}
+producers=${PRODUCERS:-4}
+partitions=${PARTITIONS:-3}
+target=${CARGO_TARGET_DIR:-$PWD/target}
+out=${OUT:-$target/bench-reports/replication-$(date -u +%Y%m%dT%H%M%SZ)}
+ringlog=${RINGLOG_BIN:-$target/release/ringlog}
+bench=${BENCH_BIN:-$target/release/ringlog-bench}
+if [ ! -x "$ringlog" ] || [ ! -x "$bench" ]; then
+    cargo build --release --bins
+fi
+mkdir -p "$out"
+work=$(mktemp -d)
+node_pid=
+cleanup() {
+    [ -z "$node_pid" ] || kill "$node_pid" 2>/dev/null || true
+    CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" scripts/cluster.sh stop >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Runs ringlog-bench produce against $1 (bootstrap) for case $2, size $3, acks $4, with
+# replication factor $5; appends the result line.
+run() {
+    local bootstrap=$1 case=$2 size=$3 acks=$4 replicas=$5
+    local json="$out/$case-$size-r$round.json"
+    "$bench" produce --bootstrap-server "$bootstrap" --topic "bench-$case-$size-$round" \
+        --partitions "$partitions" --replication-factor "$replicas" \
+        --topic-config min.insync.replicas="$((replicas > 1 ? 2 : 1))" \
+        --producers "$producers" --message-size "$size" --acks="$acks" \
+        --duration "$duration" --warmup 2s --json >"$json"
+    python3 - "$json" "$case" "$size" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+l = r["latency"]
+print(f"{sys.argv[2]:<22} {sys.argv[3]:>5} B  {r['msgs_per_s'] / 1e6:7.3f} M msgs/s"
+      f"  {r['mb_per_s']:8.1f} MB/s  p50 {l['p50_ms']:6.3f} ms  p99 {l['p99_ms']:6.3f} ms")
+EOF
+}
+
+single() { # $1 case, $2 acks
+    local dir="$work/single" port=19292
+    rm -rf "$dir" && mkdir -p "$dir"
+    "$ringlog" serve --cores 1 --set "log.dirs=$dir/data" \
+        --set "listeners=PLAINTEXT://127.0.0.1:$port" >"$dir/node.log" 2>&1 &
+    node_pid=$!
+    until grep -q ' ready ' "$dir/node.log"; do sleep 0.2; done
+    for size in 100 1024; do run "127.0.0.1:$port" "$1" "$size" "$2" 1; done
+    kill "$node_pid" && wait "$node_pid" || true
+    node_pid=
+}
+
+cluster() { # $1 case, then `--set K=V` arguments for every node
+    local case=$1
+    shift
+    CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" scripts/cluster.sh stop >/dev/null 2>&1 || true
+    rm -rf "$work/cluster"
+    CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" \
+        scripts/cluster.sh start --nodes 3 --cores 1 "$@" >/dev/null
+    for size in 100 1024; do run 127.0.0.1:9092 "$case" "$size" -1 3; done
+    CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" scripts/cluster.sh stop >/dev/null
+}
+
+mkdir -p "$work/disk"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $producers producers, $partitions partitions, $duration each"
+for round in $(seq 1 "$rounds"); do
+    echo "## round $round; the disk: $(scripts/durable_append.py "$work/disk" --count 2000 | tail -1)"
+    single one-node-acks-all -1
+    cluster cluster-rf3-acks-all
+    cluster cluster-rf3-fsync-fetch --set replica.fsync.before.fetch=true
+    single one-node-acks-1 1
+done
+echo "JSON of every run: $out"
