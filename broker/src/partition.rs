@@ -231,8 +231,7 @@ impl Partition {
         } else {
             self.log.written_end_offset()
         };
-        let is_leader = self.leadership.get().is_local;
-        let computed = self.replicas.borrow().high_watermark(is_leader, own_end);
+        let computed = self.replicas.borrow().high_watermark(own_end);
         if let Some(offset) = computed {
             self.advance_high_watermark(offset);
         }

@@ -237,8 +237,8 @@ impl ReplicaSet {
     /// The high watermark, given this node's completed writes `own_end_offset`: on a leader
     /// the ISR's minimum (`None` while a member's position is unknown), on a follower the
     /// leader's capped by its own writes.
-    pub fn high_watermark(&self, is_leader: bool, own_end_offset: i64) -> Option<i64> {
-        if !is_leader {
+    pub fn high_watermark(&self, own_end_offset: i64) -> Option<i64> {
+        if self.leader != self.node_id {
             return (self.leader_high_watermark >= 0)
                 .then(|| self.leader_high_watermark.min(own_end_offset));
         }
@@ -296,23 +296,19 @@ mod tests {
     #[test]
     fn a_lone_replica_is_its_own_high_watermark() {
         let set = ReplicaSet::new(&state(&[1], &[1], 1, 0), 1, 0, 0);
-        assert_eq!(set.high_watermark(true, 42), Some(42));
+        assert_eq!(set.high_watermark(42), Some(42));
     }
 
     #[test]
     fn the_leader_waits_for_every_isr_member_and_takes_their_minimum() {
         let mut set = ReplicaSet::new(&state(&[1, 2, 3], &[1, 2, 3], 1, 0), 1, 0, 0);
-        assert_eq!(
-            set.high_watermark(true, 10),
-            None,
-            "no follower fetched yet"
-        );
+        assert_eq!(set.high_watermark(10), None, "no follower fetched yet");
         assert!(set.record_fetch(2, 7, 10, 100));
-        assert_eq!(set.high_watermark(true, 10), None, "3 is still unknown");
+        assert_eq!(set.high_watermark(10), None, "3 is still unknown");
         assert!(set.record_fetch(3, 10, 10, 100));
-        assert_eq!(set.high_watermark(true, 10), Some(7));
+        assert_eq!(set.high_watermark(10), Some(7));
         assert!(set.record_fetch(2, 12, 12, 200));
-        assert_eq!(set.high_watermark(true, 11), Some(10), "own writes cap it");
+        assert_eq!(set.high_watermark(11), Some(10), "own writes cap it");
         assert!(!set.record_fetch(4, 5, 12, 200), "4 holds no replica");
     }
 
@@ -320,7 +316,7 @@ mod tests {
     fn a_replica_outside_the_isr_does_not_hold_the_high_watermark() {
         let mut set = ReplicaSet::new(&state(&[1, 2, 3], &[1, 2], 1, 0), 1, 0, 0);
         set.record_fetch(2, 9, 9, 0);
-        assert_eq!(set.high_watermark(true, 9), Some(9));
+        assert_eq!(set.high_watermark(9), Some(9));
     }
 
     #[test]
@@ -348,9 +344,9 @@ mod tests {
         set.record_fetch(2, 5, 5, 0);
         set.record_fetch(3, 5, 5, 0);
         set.update(&state(&[1, 2, 3], &[1, 2], 1, 0), 0, 5);
-        assert_eq!(set.high_watermark(true, 5), Some(5));
+        assert_eq!(set.high_watermark(5), Some(5));
         set.update(&state(&[1, 2, 3], &[1, 2], 1, 1), 0, 5);
-        assert_eq!(set.high_watermark(true, 5), None);
+        assert_eq!(set.high_watermark(5), None);
     }
 
     #[test]
@@ -379,11 +375,11 @@ mod tests {
             "one change at a time"
         );
         // While the shrink is pending, 3 still holds the high watermark back.
-        assert_eq!(set.high_watermark(true, 10), Some(4));
+        assert_eq!(set.high_watermark(10), Some(4));
         let mut shrunk = state(&[1, 2, 3], &[1, 2], 1, 0);
         shrunk.partition_epoch = 1;
         set.update(&shrunk, 2_500, 10);
-        assert_eq!(set.high_watermark(true, 10), Some(10));
+        assert_eq!(set.high_watermark(10), Some(10));
         // 3 catches up with the high watermark: it may join, if its broker is live.
         set.record_fetch(3, 10, 10, 3_000);
         assert_eq!(set.wanted_isr(3_000, 2_000, 10, |id| id != 3), None);
@@ -402,9 +398,9 @@ mod tests {
     #[test]
     fn a_follower_takes_the_leaders_high_watermark_capped_by_its_own_writes() {
         let mut set = ReplicaSet::new(&state(&[1, 2], &[1, 2], 1, 0), 2, 0, 0);
-        assert_eq!(set.high_watermark(false, 3), None);
+        assert_eq!(set.high_watermark(3), None);
         set.learn_leader_high_watermark(8);
-        assert_eq!(set.high_watermark(false, 3), Some(3));
-        assert_eq!(set.high_watermark(false, 9), Some(8));
+        assert_eq!(set.high_watermark(3), Some(3));
+        assert_eq!(set.high_watermark(9), Some(8));
     }
 }
