@@ -16,6 +16,15 @@ use std::time::Duration;
 use storage::IoMode;
 use thiserror::Error;
 
+mod groups;
+mod replica;
+mod settings;
+
+pub use groups::GroupConfig;
+pub use replica::ReplicaFetchConfig;
+pub(crate) use settings::parse_properties;
+use settings::{number, parse_voters, Settings};
+
 #[derive(Error, Debug)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
@@ -143,53 +152,6 @@ pub struct BrokerConfig {
     pub replica_fetch: ReplicaFetchConfig,
 }
 
-/// How a follower fetches from its leaders (Kafka's `replica.fetch.*`).
-#[derive(Debug, Clone)]
-pub struct ReplicaFetchConfig {
-    /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data.
-    pub wait_max: Duration,
-    /// `replica.fetch.min.bytes`.
-    pub min_bytes: i32,
-    /// `replica.fetch.max.bytes`: per partition (at least one batch is returned, KIP-74).
-    pub partition_bytes_max: i32,
-    /// `replica.fetch.response.max.bytes`: per fetch.
-    pub response_bytes_max: i32,
-    /// `replica.fetch.backoff.ms`: the pause after a failed fetch or a partition's error.
-    pub backoff: Duration,
-    /// `replica.lag.time.max.ms`: a follower that has not caught up for this long leaves
-    /// the ISR.
-    pub lag_time_max: Duration,
-    /// `replica.high.watermark.checkpoint.interval.ms`: how often the high watermarks are
-    /// written to `replication-offset-checkpoint`.
-    pub high_watermark_checkpoint_interval: Duration,
-    /// `replica.fsync.before.fetch` (ringlog's, off by default as in Kafka): a follower
-    /// fetches past a batch only once its copy is fdatasynced, and a leader counts only its
-    /// own synced records, so the high watermark means "fsynced on every ISR member".
-    pub fsync_before_fetch: bool,
-}
-
-/// Consumer-group settings (Kafka's names in comments).
-#[derive(Clone, Debug)]
-pub struct GroupConfig {
-    /// `offsets.topic.replication.factor`: 3 in a cluster, 1 on a one-voter node unless set
-    /// (as Kafka's single-node sample configuration sets it). `__consumer_offsets` is not
-    /// created until that many brokers are live.
-    pub offsets_replication_factor: i16,
-    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` when created.
-    pub offsets_partitions: i32,
-    /// `offsets.retention.minutes`: committed offsets of an empty group expire after this.
-    pub offsets_retention: Duration,
-    /// `offset.metadata.max.bytes`: the largest metadata string of a commit.
-    pub offset_metadata_bytes_max: usize,
-    /// `group.initial.rebalance.delay.ms`: a new group waits this long for more members.
-    pub initial_rebalance_delay: Duration,
-    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
-    pub session_timeout_min: Duration,
-    pub session_timeout_max: Duration,
-    /// `group.max.size`: members (and pending member ids) per group.
-    pub members_max: usize,
-}
-
 /// What an answer adds around its records: headers and per-partition fields, generously.
 pub const RESPONSE_OVERHEAD_BYTES: usize = 64 << 10;
 
@@ -253,7 +215,7 @@ pub const TOPIC_CONFIGS: &[(&str, &str, &str)] = &[
     ("segment.ms", "log.roll.ms", "604800000"),
 ];
 
-/// Broker keys that are not topic defaults.
+/// Broker keys that are not topic defaults (beside `replica::KEYS` and `groups::KEYS`).
 const BROKER_KEYS: &[&str] = &[
     "node.id",
     "broker.id",
@@ -285,27 +247,11 @@ const BROKER_KEYS: &[&str] = &[
     "log.cleaner.enable",
     "log.cleaner.backoff.ms",
     "log.cleaner.dedupe.buffer.size",
-    "offsets.topic.num.partitions",
-    "offsets.topic.replication.factor",
-    "offsets.retention.minutes",
-    "offset.metadata.max.bytes",
-    "group.initial.rebalance.delay.ms",
-    "group.min.session.timeout.ms",
-    "group.max.session.timeout.ms",
-    "group.max.size",
     "producer.id.expiration.ms",
     "broker.heartbeat.interval.ms",
     "broker.session.timeout.ms",
     "metadata.log.max.record.bytes.between.snapshots",
     "producer.id.expiration.check.interval.ms",
-    "replica.fetch.wait.max.ms",
-    "replica.fetch.min.bytes",
-    "replica.fetch.max.bytes",
-    "replica.fetch.response.max.bytes",
-    "replica.fetch.backoff.ms",
-    "replica.lag.time.max.ms",
-    "replica.high.watermark.checkpoint.interval.ms",
-    "replica.fsync.before.fetch",
 ];
 
 impl BrokerConfig {
@@ -327,7 +273,9 @@ impl BrokerConfig {
 
     pub fn from_map(raw: &BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
         for key in raw.keys() {
-            let known = BROKER_KEYS.contains(&key.as_str())
+            let known = [BROKER_KEYS, replica::KEYS, groups::KEYS]
+                .iter()
+                .any(|keys| keys.contains(&key.as_str()))
                 || TOPIC_CONFIGS
                     .iter()
                     .any(|(_, broker_key, _)| broker_key == key);
@@ -335,7 +283,8 @@ impl BrokerConfig {
                 return Err(ConfigError::UnknownKey(key.clone()));
             }
         }
-        let get = |key: &str| raw.get(key).map(String::as_str);
+        let settings = Settings::new(raw);
+        let get = |key: &str| settings.get(key);
         let listener = Listener::parse(
             "listeners",
             get("listeners").unwrap_or("PLAINTEXT://127.0.0.1:9092"),
@@ -353,18 +302,14 @@ impl BrokerConfig {
             (None, Some(hours)) => number::<u64>("log.roll.hours", hours, 1, 1 << 30)? * 3_600_000,
             (None, None) => 7 * 24 * 3_600_000,
         };
-        let request_bytes_max: usize = number(
+        let request_bytes_max: usize = settings.number(
             "socket.request.max.bytes",
-            get("socket.request.max.bytes").unwrap_or("104857600"),
+            "104857600",
             1024,
             i32::MAX as usize,
         )?;
-        let message_bytes_max: usize = number(
-            "message.max.bytes",
-            get("message.max.bytes").unwrap_or("1048588"),
-            0,
-            i32::MAX as usize,
-        )?;
+        let message_bytes_max: usize =
+            settings.number("message.max.bytes", "1048588", 0, i32::MAX as usize)?;
         let queued_request_bytes_max = match get("queued.max.request.bytes") {
             None | Some("-1") => request_bytes_max.saturating_mul(2),
             Some(value) => number(
@@ -375,9 +320,9 @@ impl BrokerConfig {
             )?,
         };
         // At least what one answer of the largest batch needs (KIP-74: one batch always).
-        let queued_response_bytes_max: usize = number(
+        let queued_response_bytes_max: usize = settings.number(
             "queued.max.response.bytes",
-            get("queued.max.response.bytes").unwrap_or("134217728"),
+            "134217728",
             4 * (message_bytes_max + RESPONSE_OVERHEAD_BYTES),
             usize::MAX / 2,
         )?;
@@ -413,13 +358,8 @@ impl BrokerConfig {
             }
         }
         topic_defaults.insert("segment.ms".into(), segment_ms_max.to_string());
-        // Kafka's int milliseconds settings that must be positive.
-        let positive_ms = |key: &str, default: &str| {
-            number(key, get(key).unwrap_or(default), 1, i32::MAX as u64).map(Duration::from_millis)
-        };
         let quorum_voters = parse_voters(get("controller.quorum.voters").unwrap_or(""))?;
-        // Kafka's default of 3 is for a cluster; a one-voter node takes its sample's 1.
-        let offsets_replication = if quorum_voters.len() > 1 { "3" } else { "1" };
+        let in_cluster = quorum_voters.len() > 1;
         let config = BrokerConfig {
             node_id: number(
                 "node.id",
@@ -442,60 +382,35 @@ impl BrokerConfig {
                     .next()
                     .unwrap_or("./data"),
             ),
-            num_partitions: number(
-                "num.partitions",
-                get("num.partitions").unwrap_or("1"),
-                1,
-                1 << 20,
-            )?,
-            default_replication_factor: number(
+            num_partitions: settings.number("num.partitions", "1", 1, 1 << 20)?,
+            default_replication_factor: settings.number(
                 "default.replication.factor",
-                get("default.replication.factor").unwrap_or("1"),
+                "1",
                 1,
                 i16::MAX,
             )?,
-            auto_create_topics: boolean(
-                "auto.create.topics.enable",
-                get("auto.create.topics.enable").unwrap_or("true"),
-            )?,
-            segment_bytes_max: number(
+            auto_create_topics: settings.boolean("auto.create.topics.enable", "true")?,
+            segment_bytes_max: settings.number(
                 "log.segment.bytes",
-                get("log.segment.bytes").unwrap_or("1073741824"),
+                "1073741824",
                 14,
                 i32::MAX as u64,
             )?,
             segment_ms_max,
-            index_interval_bytes: number(
+            index_interval_bytes: settings.number(
                 "log.index.interval.bytes",
-                get("log.index.interval.bytes").unwrap_or("4096"),
+                "4096",
                 0,
                 i32::MAX as u32,
             )?,
-            flush_interval: Duration::from_millis(number(
-                "log.flush.interval.ms",
-                get("log.flush.interval.ms").unwrap_or("1000"),
-                1,
-                u64::MAX / 2,
-            )?),
-            retention_check_interval: Duration::from_millis(number(
-                "log.retention.check.interval.ms",
-                get("log.retention.check.interval.ms").unwrap_or("300000"),
-                1,
-                u64::MAX / 2,
-            )?),
-            cleaner_enable: boolean(
-                "log.cleaner.enable",
-                get("log.cleaner.enable").unwrap_or("true"),
-            )?,
-            cleaner_backoff: Duration::from_millis(number(
-                "log.cleaner.backoff.ms",
-                get("log.cleaner.backoff.ms").unwrap_or("15000"),
-                1,
-                u64::MAX / 2,
-            )?),
-            cleaner_dedupe_buffer_bytes: number(
+            flush_interval: settings.positive_long_ms("log.flush.interval.ms", "1000")?,
+            retention_check_interval: settings
+                .positive_long_ms("log.retention.check.interval.ms", "300000")?,
+            cleaner_enable: settings.boolean("log.cleaner.enable", "true")?,
+            cleaner_backoff: settings.positive_long_ms("log.cleaner.backoff.ms", "15000")?,
+            cleaner_dedupe_buffer_bytes: settings.number(
                 "log.cleaner.dedupe.buffer.size",
-                get("log.cleaner.dedupe.buffer.size").unwrap_or("134217728"),
+                "134217728",
                 1 << 10,
                 usize::MAX / 2,
             )?,
@@ -503,136 +418,54 @@ impl BrokerConfig {
             request_bytes_max,
             queued_request_bytes_max,
             queued_response_bytes_max,
-            write_timeout: Duration::from_millis(number(
-                "connections.max.write.ms",
-                get("connections.max.write.ms").unwrap_or("30000"),
-                1,
-                u64::MAX / 2,
-            )?),
+            write_timeout: settings.positive_long_ms("connections.max.write.ms", "30000")?,
             io_mode,
-            cache_bytes_max: number(
+            cache_bytes_max: settings.number(
                 "log.cache.max.bytes",
-                get("log.cache.max.bytes").unwrap_or("67108864"),
+                "67108864",
                 0,
                 usize::MAX / 2,
             )?,
-            write_buffer_bytes_max: number(
+            write_buffer_bytes_max: settings.number(
                 "log.write.buffer.bytes",
-                get("log.write.buffer.bytes").unwrap_or("1048576"),
+                "1048576",
                 4096,
                 1 << 30,
             )?,
-            idle_timeout: Duration::from_millis(number(
-                "connections.max.idle.ms",
-                get("connections.max.idle.ms").unwrap_or("600000"),
-                1,
-                u64::MAX / 2,
-            )?),
-            in_flight_requests_max: number(
+            idle_timeout: settings.positive_long_ms("connections.max.idle.ms", "600000")?,
+            in_flight_requests_max: settings.number(
                 "max.in.flight.requests.per.connection",
-                get("max.in.flight.requests.per.connection").unwrap_or("32"),
+                "32",
                 1,
                 1024,
             )?,
-            connections_max: number(
+            connections_max: settings.number(
                 "max.connections",
-                get("max.connections").unwrap_or("2147483647"),
+                "2147483647",
                 1,
                 i32::MAX as usize,
             )?,
-            connections_per_ip_max: number(
+            connections_per_ip_max: settings.number(
                 "max.connections.per.ip",
-                get("max.connections.per.ip").unwrap_or("2147483647"),
+                "2147483647",
                 1,
                 i32::MAX as usize,
             )?,
             topic_defaults,
-            producer_id_expiration: positive_ms("producer.id.expiration.ms", "86400000")?,
-            heartbeat_interval: positive_ms("broker.heartbeat.interval.ms", "2000")?,
-            session_timeout: positive_ms("broker.session.timeout.ms", "9000")?,
-            metadata_snapshot_bytes: number(
+            producer_id_expiration: settings
+                .positive_ms("producer.id.expiration.ms", "86400000")?,
+            heartbeat_interval: settings.positive_ms("broker.heartbeat.interval.ms", "2000")?,
+            session_timeout: settings.positive_ms("broker.session.timeout.ms", "9000")?,
+            metadata_snapshot_bytes: settings.number(
                 "metadata.log.max.record.bytes.between.snapshots",
-                get("metadata.log.max.record.bytes.between.snapshots").unwrap_or("20971520"),
+                "20971520",
                 1,
                 u64::MAX / 2,
             )?,
-            producer_id_expiration_check_interval: positive_ms(
-                "producer.id.expiration.check.interval.ms",
-                "600000",
-            )?,
-            replica_fetch: ReplicaFetchConfig {
-                wait_max: positive_ms("replica.fetch.wait.max.ms", "500")?,
-                min_bytes: number(
-                    "replica.fetch.min.bytes",
-                    get("replica.fetch.min.bytes").unwrap_or("1"),
-                    1,
-                    i32::MAX,
-                )?,
-                partition_bytes_max: number(
-                    "replica.fetch.max.bytes",
-                    get("replica.fetch.max.bytes").unwrap_or("1048576"),
-                    1,
-                    i32::MAX,
-                )?,
-                response_bytes_max: number(
-                    "replica.fetch.response.max.bytes",
-                    get("replica.fetch.response.max.bytes").unwrap_or("10485760"),
-                    1,
-                    i32::MAX,
-                )?,
-                backoff: positive_ms("replica.fetch.backoff.ms", "1000")?,
-                lag_time_max: positive_ms("replica.lag.time.max.ms", "30000")?,
-                high_watermark_checkpoint_interval: positive_ms(
-                    "replica.high.watermark.checkpoint.interval.ms",
-                    "5000",
-                )?,
-                fsync_before_fetch: boolean(
-                    "replica.fsync.before.fetch",
-                    get("replica.fsync.before.fetch").unwrap_or("false"),
-                )?,
-            },
-            groups: GroupConfig {
-                offsets_replication_factor: number(
-                    "offsets.topic.replication.factor",
-                    get("offsets.topic.replication.factor").unwrap_or(offsets_replication),
-                    1,
-                    i16::MAX,
-                )?,
-                offsets_partitions: number(
-                    "offsets.topic.num.partitions",
-                    get("offsets.topic.num.partitions").unwrap_or("50"),
-                    1,
-                    10_000,
-                )?,
-                offsets_retention: Duration::from_secs(
-                    60 * number::<u64>(
-                        "offsets.retention.minutes",
-                        get("offsets.retention.minutes").unwrap_or("10080"),
-                        1,
-                        1 << 32,
-                    )?,
-                ),
-                offset_metadata_bytes_max: number(
-                    "offset.metadata.max.bytes",
-                    get("offset.metadata.max.bytes").unwrap_or("4096"),
-                    0,
-                    1 << 20,
-                )?,
-                initial_rebalance_delay: Duration::from_millis(number(
-                    "group.initial.rebalance.delay.ms",
-                    get("group.initial.rebalance.delay.ms").unwrap_or("3000"),
-                    0,
-                    1 << 31,
-                )?),
-                session_timeout_min: positive_ms("group.min.session.timeout.ms", "6000")?,
-                session_timeout_max: positive_ms("group.max.session.timeout.ms", "1800000")?,
-                members_max: number(
-                    "group.max.size",
-                    get("group.max.size").unwrap_or("2147483647"),
-                    1,
-                    i32::MAX as usize,
-                )?,
-            },
+            producer_id_expiration_check_interval: settings
+                .positive_ms("producer.id.expiration.check.interval.ms", "600000")?,
+            replica_fetch: ReplicaFetchConfig::read(&settings)?,
+            groups: GroupConfig::read(&settings, in_cluster)?,
         };
         if config.message_bytes_max > config.request_bytes_max {
             return Err(ConfigError::Value {
@@ -749,91 +582,6 @@ impl BrokerConfig {
         }
         out.sort();
         out
-    }
-}
-
-/// Java properties, the subset Kafka's files use: `key=value` or `key: value` lines,
-/// `#`/`!` comments, blank lines.
-pub(crate) fn parse_properties(
-    text: &str,
-    origin: &str,
-    out: &mut BTreeMap<String, String>,
-) -> Result<(), ConfigError> {
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
-        }
-        let (key, value) = line
-            .split_once('=')
-            .or_else(|| line.split_once(':'))
-            .ok_or_else(|| ConfigError::Syntax {
-                origin: origin.into(),
-                line: line.into(),
-            })?;
-        out.insert(key.trim().to_string(), value.trim().to_string());
-    }
-    Ok(())
-}
-
-/// `controller.quorum.voters`: `id@host:port` entries separated by commas, as Kafka writes
-/// them; hosts are resolved once, at start.
-fn parse_voters(value: &str) -> Result<BTreeMap<i32, SocketAddr>, ConfigError> {
-    let invalid = |reason: String| ConfigError::Value {
-        key: "controller.quorum.voters".into(),
-        value: value.into(),
-        reason,
-    };
-    let mut voters = BTreeMap::new();
-    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (id, address) = entry
-            .split_once('@')
-            .ok_or_else(|| invalid(format!("{entry} is not id@host:port")))?;
-        let id: i32 = id
-            .trim()
-            .parse()
-            .ok()
-            .filter(|id| *id >= 0)
-            .ok_or_else(|| invalid(format!("{id} is not a node id")))?;
-        let address = std::net::ToSocketAddrs::to_socket_addrs(address.trim())
-            .ok()
-            .and_then(|mut addresses| addresses.next())
-            .ok_or_else(|| invalid(format!("{address} is not a reachable host:port")))?;
-        if voters.insert(id, address).is_some() {
-            return Err(invalid(format!("voter {id} is named twice")));
-        }
-    }
-    Ok(voters)
-}
-
-fn number<T>(key: &str, value: &str, min: T, max: T) -> Result<T, ConfigError>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-{
-    let parsed: T = value.parse().map_err(|_| ConfigError::Value {
-        key: key.into(),
-        value: value.into(),
-        reason: "not a number".into(),
-    })?;
-    if parsed < min || parsed > max {
-        return Err(ConfigError::Value {
-            key: key.into(),
-            value: value.into(),
-            reason: format!("must be between {min} and {max}"),
-        });
-    }
-    Ok(parsed)
-}
-
-fn boolean(key: &str, value: &str) -> Result<bool, ConfigError> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(ConfigError::Value {
-            key: key.into(),
-            value: value.into(),
-            reason: "expected true or false".into(),
-        }),
     }
 }
 
