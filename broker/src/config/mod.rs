@@ -150,6 +150,10 @@ pub struct BrokerConfig {
     /// `producer.id.expiration.check.interval.ms`: how often each shard looks for them.
     pub producer_id_expiration_check_interval: Duration,
     pub replica_fetch: ReplicaFetchConfig,
+    /// `auto.leader.rebalance.enable` (default true) and
+    /// `leader.imbalance.check.interval.seconds` (default 300): how often the active
+    /// controller gives leadership back to the preferred replicas, `None` when it does not.
+    pub leader_balance_interval: Option<Duration>,
 }
 
 /// What an answer adds around its records: headers and per-partition fields, generously.
@@ -213,6 +217,11 @@ pub const TOPIC_CONFIGS: &[(&str, &str, &str)] = &[
     ("retention.ms", "log.retention.ms", "604800000"),
     ("segment.bytes", "log.segment.bytes", "1073741824"),
     ("segment.ms", "log.roll.ms", "604800000"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        "false",
+    ),
 ];
 
 /// Broker keys that are not topic defaults (beside `replica::KEYS` and `groups::KEYS`).
@@ -252,6 +261,8 @@ const BROKER_KEYS: &[&str] = &[
     "broker.session.timeout.ms",
     "metadata.log.max.record.bytes.between.snapshots",
     "producer.id.expiration.check.interval.ms",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
 ];
 
 impl BrokerConfig {
@@ -465,6 +476,13 @@ impl BrokerConfig {
             producer_id_expiration_check_interval: settings
                 .positive_ms("producer.id.expiration.check.interval.ms", "600000")?,
             replica_fetch: ReplicaFetchConfig::read(&settings)?,
+            leader_balance_interval: settings
+                .boolean("auto.leader.rebalance.enable", "true")?
+                .then(|| {
+                    settings.number("leader.imbalance.check.interval.seconds", "300", 1, 1 << 31)
+                })
+                .transpose()?
+                .map(Duration::from_secs),
             groups: GroupConfig::read(&settings, in_cluster)?,
         };
         if config.message_bytes_max > config.request_bytes_max {

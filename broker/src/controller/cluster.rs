@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use uuid::Uuid;
 
-use super::{Controller, Refusal, TopicSpec};
+use super::partitions::{change_record, elected, PartitionOutcome, Reassignment, TopicPartition};
+use super::{reassign, Controller, Election, Refusal, TopicSpec};
 use crate::metadata::records::{BrokerEndpoint, PartitionChangeRecord};
 use crate::metadata::{MetadataRecord, NO_LEADER};
 use crate::partition::IsrChange;
@@ -94,6 +95,16 @@ pub enum ForwardedRequest {
         changes: Vec<(String, Option<String>)>,
         validate_only: bool,
     },
+    /// A client's ElectLeaders: `None` names every partition.
+    ElectLeaders {
+        election: Election,
+        partitions: Option<Vec<TopicPartition>>,
+    },
+    /// A client's AlterPartitionReassignments.
+    AlterReassignments {
+        reassignments: Vec<Reassignment>,
+        allow_replication_factor_change: bool,
+    },
 }
 
 impl ForwardedRequest {
@@ -106,7 +117,33 @@ impl ForwardedRequest {
                 | Self::DeleteTopic { .. }
                 | Self::CreatePartitions { .. }
                 | Self::AlterTopicConfigs { .. }
+                | Self::ElectLeaders { .. }
+                | Self::AlterReassignments { .. }
         )
+    }
+}
+
+/// What the active controller answers a request with: a number (an epoch, a producer id,
+/// a partition epoch, or 0), or an outcome per partition.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum Executed {
+    Value(i64),
+    Partitions(Vec<PartitionOutcome>),
+}
+
+impl Executed {
+    pub(super) fn value(self) -> i64 {
+        match self {
+            Executed::Value(value) => value,
+            Executed::Partitions(_) => 0,
+        }
+    }
+
+    fn partitions(self) -> Vec<PartitionOutcome> {
+        match self {
+            Executed::Partitions(outcomes) => outcomes,
+            Executed::Value(_) => Vec::new(),
+        }
     }
 }
 
@@ -115,7 +152,7 @@ impl ForwardedRequest {
 /// answers its own client (so that what the request changed is visible on it too).
 #[derive(Debug, Serialize, Deserialize)]
 struct ForwardedAnswer {
-    outcome: Result<i64, Refusal>,
+    outcome: Result<Executed, Refusal>,
     log_end: u64,
 }
 
@@ -165,7 +202,7 @@ impl Controller {
         &self,
         shard: Option<&Rc<Shard>>,
         request: ForwardedRequest,
-    ) -> Result<i64, Refusal> {
+    ) -> Result<Executed, Refusal> {
         let Some(quorum) = self.quorum.clone() else {
             return self.execute(shard, request).await;
         };
@@ -213,7 +250,7 @@ impl Controller {
         &self,
         shard: Option<&Rc<Shard>>,
         request: ForwardedRequest,
-    ) -> Result<i64, Refusal> {
+    ) -> Result<Executed, Refusal> {
         // Topics change only on a node whose shards run.
         let running = || {
             shard.ok_or_else(|| {
@@ -223,7 +260,7 @@ impl Controller {
                 )
             })
         };
-        match request {
+        let value = match request {
             ForwardedRequest::Register {
                 broker_id,
                 endpoints,
@@ -296,7 +333,41 @@ impl Controller {
             } => Controller::alter_topic_configs(running()?, &name, changes, validate_only)
                 .await
                 .map(|()| 0),
-        }
+            ForwardedRequest::ElectLeaders {
+                election,
+                partitions,
+            } => {
+                return Controller::elect_leaders(running()?, election, partitions)
+                    .await
+                    .map(Executed::Partitions)
+            }
+            ForwardedRequest::AlterReassignments {
+                reassignments,
+                allow_replication_factor_change,
+            } => {
+                return Controller::alter_reassignments(
+                    running()?,
+                    reassignments,
+                    allow_replication_factor_change,
+                )
+                .await
+                .map(Executed::Partitions)
+            }
+        };
+        value.map(Executed::Value)
+    }
+
+    /// A client's change to partitions (ElectLeaders, AlterPartitionReassignments), on the
+    /// active controller or forwarded to it; answered, per partition, once this node's
+    /// shards serve the outcome.
+    pub async fn change_partitions(
+        shard: &Rc<Shard>,
+        request: ForwardedRequest,
+    ) -> Result<Vec<PartitionOutcome>, Refusal> {
+        Self::of(shard)
+            .execute_or_forward(Some(shard), request)
+            .await
+            .map(Executed::partitions)
     }
 
     /// Waits until this node has applied its log up to `log_end` (what the active
@@ -412,7 +483,10 @@ impl Controller {
             partition_epoch: change.partition_epoch,
             isr: change.isr,
         };
-        controller.execute_or_forward(Some(shard), request).await
+        controller
+            .execute_or_forward(Some(shard), request)
+            .await
+            .map(Executed::value)
     }
 
     /// Kafka's AlterPartition, from the leader `broker_id` (incarnation `broker_epoch`):
@@ -482,11 +556,19 @@ impl Controller {
                     format!("broker {ineligible} is not live"),
                 ));
             }
-            MetadataRecord::PartitionChange(PartitionChangeRecord {
-                partition_id: partition,
-                topic_id,
-                isr: Some(change.isr),
-                ..PartitionChangeRecord::default()
+            // The ISR change may complete a reassignment waiting for its added replicas.
+            let mut next = state.clone();
+            next.isr = change.isr;
+            let next = reassign::complete_if_caught_up(next, |id| image.live_broker(id).is_some());
+            // An ISR proposed as it is still moves the partition epoch: the leader waits
+            // for an image past its proposal.
+            change_record(topic_id, partition, state, &next).unwrap_or_else(|| {
+                MetadataRecord::PartitionChange(PartitionChangeRecord {
+                    partition_id: partition,
+                    topic_id,
+                    isr: Some(next.isr),
+                    ..PartitionChangeRecord::default()
+                })
             })
         };
         self.commit(vec![record]).await?;
@@ -517,22 +599,20 @@ impl Controller {
             .collect();
         // As KRaft does, the fenced broker leaves every ISR it is in (unless it is the last
         // member: then the ISR still names who holds everything), and a partition it led
-        // takes the next live ISR member as leader, or none.
-        records.extend(self.partition_changes(|state| {
-            let isr = (state.isr.contains(&broker_id) && state.isr.len() > 1).then(|| {
-                let mut isr = state.isr.clone();
-                isr.retain(|&id| id != broker_id);
-                isr
-            });
-            let leader = (state.leader == broker_id).then(|| {
-                isr.as_ref()
-                    .unwrap_or(&state.isr)
-                    .iter()
-                    .copied()
-                    .find(|id| live.contains(id))
-                    .unwrap_or(NO_LEADER)
-            });
-            (leader, isr)
+        // takes the first live ISR member as leader, or, where the topic allows an unclean
+        // election, the first live replica; else none.
+        records.extend(self.partition_changes(|topic, state| {
+            let mut next = state.clone();
+            if next.isr.len() > 1 {
+                next.isr.retain(|&id| id != broker_id);
+            }
+            if state.leader == broker_id {
+                next.leader = NO_LEADER;
+                next = elected(&next, self.election_on_failure(topic), |id| {
+                    live.contains(&id)
+                });
+            }
+            Some(next)
         }));
         self.commit(records).await
     }
@@ -659,6 +739,7 @@ impl Controller {
         let Some(quorum) = controller.quorum.clone() else {
             return;
         };
+        let mut last_balance = Instant::now();
         loop {
             glommio::timer::sleep(FOLLOW_INTERVAL).await;
             let status = quorum.status_async().await;
@@ -679,6 +760,13 @@ impl Controller {
                 tracing::warn!(message = refusal.message, "publishing a committed image");
             }
             Controller::fence_silent_brokers(&shard).await;
+            let balance_due = controller
+                .leader_balance_interval
+                .is_some_and(|interval| last_balance.elapsed() >= interval);
+            if balance_due {
+                last_balance = Instant::now();
+                Controller::balance_leaders_if_active(&shard).await;
+            }
             for request in quorum.requests().try_iter() {
                 glommio::spawn_local(serve_forwarded(shard.clone(), request)).detach();
             }

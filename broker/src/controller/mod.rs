@@ -17,9 +17,14 @@
 //! other node applies what the log commits, and forwards its own broker registration.
 
 mod cluster;
+mod elect;
+mod partitions;
+mod reassign;
 mod validate;
 
 pub use cluster::ForwardedRequest;
+pub use elect::Election;
+pub use partitions::{PartitionOutcome, Reassignment, TopicPartition};
 pub use validate::{validate_topic_config, validate_topic_config_name, validate_topic_name};
 
 use std::cell::{Cell, RefCell};
@@ -36,9 +41,8 @@ use crate::config::BrokerConfig;
 use crate::errors::code;
 use crate::metadata::image::{partition_record, topic_records};
 use crate::metadata::records::{
-    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, PartitionChangeRecord,
-    ProducerIdsRecord, RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC,
-    SECURITY_PROTOCOL_PLAINTEXT,
+    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC, SECURITY_PROTOCOL_PLAINTEXT,
 };
 use crate::metadata::{
     MetadataImage, MetadataRecord, MetadataStore, PartitionState, StoreError, TopicMeta, NO_LEADER,
@@ -109,6 +113,11 @@ pub struct Controller {
     session_timeout: Duration,
     /// `metadata.log.max.record.bytes.between.snapshots`.
     snapshot_bytes: u64,
+    /// The broker default of `unclean.leader.election.enable`.
+    unclean_default: Cell<bool>,
+    /// `auto.leader.rebalance.enable` and `leader.imbalance.check.interval.seconds`: how
+    /// often the active controller gives leadership back to preferred replicas, if at all.
+    leader_balance_interval: Option<Duration>,
     /// The epoch of the newest image sent to the shards: a committed image past it is
     /// still to be published, whichever task applied it.
     published: Cell<u64>,
@@ -131,6 +140,8 @@ impl Controller {
             active_since: Cell::new(Instant::now()),
             session_timeout: Duration::from_secs(9),
             snapshot_bytes: u64::MAX,
+            unclean_default: Cell::new(false),
+            leader_balance_interval: None,
             published: Cell::new(0),
         })
     }
@@ -148,6 +159,9 @@ impl Controller {
         self.active_controller = config.active_controller.clone();
         self.session_timeout = config.session_timeout;
         self.snapshot_bytes = config.metadata_snapshot_bytes;
+        self.unclean_default
+            .set(config.topic_defaults["unclean.leader.election.enable"] == "true");
+        self.leader_balance_interval = config.leader_balance_interval;
         if let Some(status) = self.quorum.as_ref().and_then(|q| q.status()) {
             self.refresh_role(&status);
         }
@@ -173,7 +187,7 @@ impl Controller {
             }],
             rack: config.rack.clone(),
         };
-        let epoch = self.execute_or_forward(None, request).await?;
+        let epoch = self.execute_or_forward(None, request).await?.value();
         self.wait_for_epoch(config.node_id, epoch, false).await
     }
 
@@ -263,10 +277,18 @@ impl Controller {
     /// Unfences incarnation `broker_epoch` of broker `broker_id`.
     async fn unfence(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
         let mut records = vec![self.registration_change(broker_id, broker_epoch, false, None)?];
-        // Partitions left without a leader while it was gone take it back, if it is in
-        // their ISR.
-        records.extend(self.leader_changes(|state| {
-            (state.leader == NO_LEADER && state.isr.contains(&broker_id)).then_some(broker_id)
+        // Partitions left without a leader while it was gone take it back, if it is in their
+        // ISR (or, where the topic allows an unclean election, a replica).
+        let live: Vec<i32> = self
+            .proposed
+            .borrow()
+            .live_brokers()
+            .map(|b| b.id)
+            .collect();
+        let may_lead = |id| id == broker_id || live.contains(&id);
+        records.extend(self.partition_changes(|topic, state| {
+            (state.leader == NO_LEADER && state.replicas.contains(&broker_id))
+                .then(|| partitions::elected(state, self.election_on_failure(topic), may_lead))
         }));
         self.commit(records).await?;
         // Its session starts now: whatever was heard from an earlier incarnation is past.
@@ -274,43 +296,6 @@ impl Controller {
             .borrow_mut()
             .insert(broker_id, Instant::now());
         Ok(broker_epoch)
-    }
-
-    /// PartitionChange records giving each partition the leader `choose` picks for it
-    /// (`None`: unchanged), over the proposed image.
-    fn leader_changes(
-        &self,
-        mut choose: impl FnMut(&PartitionState) -> Option<i32>,
-    ) -> Vec<MetadataRecord> {
-        self.partition_changes(|state| (choose(state), None))
-    }
-
-    /// PartitionChange records giving each partition the leader and ISR `change` picks for
-    /// it (`None`: unchanged; one equal to the current value is no change), over the
-    /// proposed image.
-    fn partition_changes(
-        &self,
-        mut change: impl FnMut(&PartitionState) -> (Option<i32>, Option<Vec<i32>>),
-    ) -> Vec<MetadataRecord> {
-        let image = self.proposed.borrow();
-        let mut records = Vec::new();
-        for topic in image.topics.values() {
-            for (index, state) in (0..).zip(&topic.partitions) {
-                let (leader, isr) = change(state);
-                let leader = leader.filter(|&leader| leader != state.leader);
-                let isr = isr.filter(|isr| *isr != state.isr);
-                if leader.is_some() || isr.is_some() {
-                    records.push(MetadataRecord::PartitionChange(PartitionChangeRecord {
-                        partition_id: index,
-                        topic_id: topic.id,
-                        leader,
-                        isr,
-                        ..PartitionChangeRecord::default()
-                    }));
-                }
-            }
-        }
-        records
     }
 
     /// The metadata log's end offset: records committed so far (its high watermark, a
@@ -551,7 +536,13 @@ impl Controller {
         }
         let id = controller.proposed.borrow().topic(name).map(|t| t.id);
         controller.commit(records).await?;
-        Controller::publish(shard, id).await
+        Controller::publish(shard, id).await?;
+        // `unclean.leader.election.enable` turned on elects leaders for offline partitions
+        // at once, as Kafka's controller does (KIP-704).
+        match id {
+            Some(id) => Controller::elect_leaderless(shard, id).await,
+            None => Ok(()),
+        }
     }
 
     /// Hands broker `broker_id` the next block of producer ids (Kafka's AllocateProducerIds):
@@ -564,7 +555,8 @@ impl Controller {
         let request = ForwardedRequest::AllocateProducerIds { broker_id };
         let first = Self::of(shard)
             .execute_or_forward(Some(shard), request)
-            .await?;
+            .await?
+            .value();
         Ok(ProducerIdBlock {
             first,
             size: PRODUCER_ID_BLOCK_SIZE,

@@ -50,6 +50,7 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), Refusal> {
             .split(',')
             .all(|p| matches!(p.trim(), "delete" | "compact")),
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
+        "unclean.leader.election.enable" => matches!(value, "true" | "false"),
         "min.cleanable.dirty.ratio" => value
             .parse::<f64>()
             .is_ok_and(|ratio| (0.0..=1.0).contains(&ratio)),
@@ -102,6 +103,8 @@ mod tests {
         assert!(validate_topic_config("min.compaction.lag.ms", "0").is_ok());
         assert!(validate_topic_config("max.compaction.lag.ms", "-1").is_err());
         assert!(validate_topic_config("delete.retention.ms", "86400000").is_ok());
+        assert!(validate_topic_config("unclean.leader.election.enable", "true").is_ok());
+        assert!(validate_topic_config("unclean.leader.election.enable", "yes").is_err());
         assert_eq!(
             validate_topic_config("retention.ms", "soon").map_err(|r| r.error_code),
             Err(40)

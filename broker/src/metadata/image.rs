@@ -51,6 +51,13 @@ pub struct PartitionState {
     pub partition_epoch: i32,
 }
 
+impl PartitionState {
+    /// Whether its replicas are being moved (AlterPartitionReassignments).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicMeta {
     pub name: String,

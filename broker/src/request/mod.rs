@@ -1,6 +1,7 @@
 //! ⑤ One handler per Kafka API. Each reads top to bottom as the data path: look up or
 //! split by owner, run the owners' parts through the router, merge in request order.
 
+mod alter_partition_reassignments;
 mod api_versions;
 mod authorized;
 mod create_partitions;
@@ -12,6 +13,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_quorum;
+mod elect_leaders;
 pub(crate) mod fetch;
 mod find_coordinator;
 mod group_route;
@@ -22,11 +24,13 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_partition_reassignments;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
+mod partition_outcomes;
 mod produce;
 mod sync_group;
 
@@ -68,6 +72,9 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::IncrementalAlterConfigs, 0, 1),
         (ApiKey::DeleteRecords, 0, 2),
         (ApiKey::DescribeQuorum, 0, 2),
+        (ApiKey::ElectLeaders, 0, 2),
+        (ApiKey::AlterPartitionReassignments, 0, 1),
+        (ApiKey::ListPartitionReassignments, 0, 0),
     ])
 }
 
@@ -148,6 +155,15 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         }
         RequestKind::OffsetForLeaderEpoch(body) => {
             respond(offset_for_leader_epoch::handle(&shard, body).await)
+        }
+        RequestKind::ElectLeaders(body) => {
+            respond(elect_leaders::handle(&shard, body, version).await)
+        }
+        RequestKind::AlterPartitionReassignments(body) => {
+            respond(alter_partition_reassignments::handle(&shard, body, version).await)
+        }
+        RequestKind::ListPartitionReassignments(body) => {
+            respond(list_partition_reassignments::handle(&shard, body))
         }
         other => {
             // `net` admits only announced APIs, so this is a programmer error;
