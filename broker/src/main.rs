@@ -51,6 +51,9 @@ enum Command {
     RandomUuid,
     /// Create, list, describe, delete topics and add partitions (like kafka-topics).
     Topic(broker::cli::topic::TopicArgs),
+    /// Elect leaders and move replicas (like kafka-leader-election and
+    /// kafka-reassign-partitions).
+    Partition(broker::cli::partition::PartitionArgs),
     /// Produce lines from stdin as records (like kafka-console-producer).
     Produce(broker::cli::produce::ProduceArgs),
     /// Print records of a topic (like kafka-console-consumer).
@@ -106,6 +109,9 @@ fn main() -> ExitCode {
         }
         Command::Cluster(args) => broker::cli::cluster::run(args, &mut std::io::stdout().lock()),
         Command::Topic(args) => broker::cli::topic::run(args, &mut std::io::stdout().lock()),
+        Command::Partition(args) => {
+            broker::cli::partition::run(args, &mut std::io::stdout().lock())
+        }
         Command::Produce(args) => broker::cli::produce::run(args, std::io::stdin()).map(drop),
         Command::Consume(args) => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -5,7 +5,7 @@
 //! Layout: [`versions`] (the one table of versions this client builds, and negotiation),
 //! [`frame`] (framing and decoding, sans I/O), [`error`] (Kafka's error names and codes),
 //! [`connection`] (one broker, glommio), [`cluster`] (bootstrap, metadata, one connection
-//! per broker, coordinator lookup), [`admin`], [`offsets`], [`fetch`], [`member`] (the
+//! per broker, coordinator lookup), [`admin`], [`partitions`] (leader elections and replica moves), [`offsets`], [`fetch`], [`member`] (the
 //! consumer-group member), [`consumer_protocol`] (its bytes and the range assignor) and
 //! [`kafka_uuid`] (Kafka's text form of ids).
 //!
@@ -28,6 +28,7 @@ pub mod fetch;
 pub mod frame;
 pub mod member;
 pub mod offsets;
+pub mod partitions;
 mod uuid_text;
 pub mod versions;
 

@@ -44,6 +44,9 @@ pub const CLIENT_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 /// The version of `api` to speak: the highest in both ranges, or an error naming the API.

@@ -1,8 +1,9 @@
-//! The command-line tools: `ringlog topic`, `produce`, `consume`, `group` and `cluster`,
-//! Kafka's kafka-topics, kafka-console-producer, kafka-console-consumer,
-//! kafka-consumer-groups and kafka-cluster in one binary. They speak only the Kafka
-//! protocol, through the `client` crate's blocking wrapper ([`client::blocking`]), so they
-//! work against any Kafka-compatible broker, Apache Kafka included.
+//! The command-line tools: `ringlog topic`, `partition`, `produce`, `consume`, `group` and
+//! `cluster`, Kafka's kafka-topics, kafka-leader-election and kafka-reassign-partitions,
+//! kafka-console-producer, kafka-console-consumer, kafka-consumer-groups and kafka-cluster
+//! in one binary. They speak only the Kafka protocol, through the `client` crate's blocking
+//! wrapper ([`client::blocking`]), so they work against any Kafka-compatible broker, Apache
+//! Kafka included.
 //!
 //! Invariants:
 //! - Each command writes its results to the given output and returns an error instead of
@@ -14,6 +15,7 @@ pub mod cluster;
 pub mod consume;
 pub mod format;
 pub mod group;
+pub mod partition;
 pub mod partitioner;
 pub mod produce;
 pub mod reset_offsets;
