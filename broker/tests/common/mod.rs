@@ -9,6 +9,7 @@
 
 pub mod cluster;
 pub mod launch;
+pub mod replicated;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
