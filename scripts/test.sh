@@ -23,6 +23,13 @@ if ! command -v kcat >/dev/null 2>&1; then
         || fail "apt-get install kcat"
 fi
 kcat -V 2>&1 | grep -m1 '^Version' || fail "kcat does not run"
+# broker/tests/network_partition.rs runs its nodes in network namespaces with iproute2's `ip`
+# (as root; without root it skips, so only root needs it, and CI runs as root).
+if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq >/dev/null || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null \
+        || fail "apt-get install iproute2"
+fi
 command -v python3 >/dev/null 2>&1 || fail "python3 is missing"
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     -r scripts/requirements.txt || fail "pip install -r scripts/requirements.txt"

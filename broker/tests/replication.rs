@@ -24,120 +24,14 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use common::cluster::{wait_for, Cluster};
+use common::replicated::{
+    leaders_among, produce_round, states, wait_isr, wait_readable, with_topic, Acknowledged,
+    PARTITIONS, TOPIC,
+};
 use common::{
-    batch, commit_offset, committed_offset, find_coordinator, metadata, produce, read_values,
-    topic_name, Client, Stopped,
+    batch, commit_offset, committed_offset, find_coordinator, produce, read_values, Stopped,
 };
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::{CreateTopicsRequest, RequestKind, ResponseKind};
-use kafka_protocol::protocol::StrBytes;
-
-const TOPIC: &str = "replicated";
-const PARTITIONS: i32 = 3;
-
-/// CreateTopics of [`TOPIC`]: 3 partitions, 3 replicas, `min.insync.replicas=2`.
-fn create(client: &mut Client) -> i16 {
-    let request = CreateTopicsRequest::default()
-        .with_timeout_ms(30_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(topic_name(TOPIC))
-            .with_num_partitions(PARTITIONS)
-            .with_replication_factor(3)
-            .with_configs(vec![CreatableTopicConfig::default()
-                .with_name(StrBytes::from_static_str("min.insync.replicas"))
-                .with_value(Some(StrBytes::from_static_str("2")))])]);
-    let ResponseKind::CreateTopics(answer) = client.call(7, RequestKind::CreateTopics(request))
-    else {
-        unreachable!()
-    };
-    answer.topics[0].error_code
-}
-
-/// Partition → (leader, ISR), as node `id` answers.
-fn states(cluster: &Cluster, id: i32) -> BTreeMap<i32, (i32, Vec<i32>)> {
-    let answer = metadata(&mut cluster.client(id), &[TOPIC]);
-    let Some(topic) = answer.topics.first() else {
-        return BTreeMap::new();
-    };
-    topic
-        .partitions
-        .iter()
-        .map(|p| {
-            let mut isr: Vec<i32> = p.isr_nodes.iter().map(|id| id.0).collect();
-            isr.sort_unstable();
-            (p.partition_index, (p.leader_id.0, isr))
-        })
-        .collect()
-}
-
-/// Once every node in `alive` agrees that no partition is led by or in sync on a node not
-/// in `alive`, and each has a leader: partition → leader.
-#[track_caller]
-fn leaders_among(cluster: &Cluster, alive: &[i32]) -> BTreeMap<i32, i32> {
-    wait_for(|| {
-        let seen: Vec<_> = alive.iter().map(|&id| states(cluster, id)).collect();
-        let first = seen[0].clone();
-        let settled = first.len() == PARTITIONS as usize
-            && seen.iter().all(|s| *s == first)
-            && first.values().all(|(leader, isr)| {
-                alive.contains(leader) && isr.iter().all(|r| alive.contains(r))
-            });
-        settled.then(|| first.iter().map(|(&p, (leader, _))| (p, *leader)).collect())
-    })
-}
-
-/// Produces `count` batches of one record to each partition through its leader with
-/// `acks`, expecting `error` for each; what was acknowledged is added to `acknowledged`.
-fn produce_round(
-    cluster: &Cluster,
-    leaders: &BTreeMap<i32, i32>,
-    round: &str,
-    acks: i16,
-    error: i16,
-    acknowledged: &mut Acknowledged,
-) {
-    for (&partition, &leader) in leaders {
-        let mut client = cluster.client(leader);
-        for i in 0..10 {
-            let value = format!("{round}-{partition}-{i}");
-            // A leader's shard may open the partition a moment after its Metadata lists
-            // it: that answer is retriable, as clients take it.
-            let code = wait_for(|| {
-                let records = batch(&[value.as_bytes()]);
-                let (code, _) = produce(&mut client, TOPIC, partition, records, acks);
-                (code != ResponseError::UnknownTopicOrPartition.code()).then_some(code)
-            });
-            assert_eq!(code, error, "{value} with acks={acks} on leader {leader}");
-            if code == 0 {
-                acknowledged
-                    .entry(partition)
-                    .or_default()
-                    .push(Bytes::from(value));
-            }
-        }
-    }
-}
-
-/// Waits until each partition's leader serves exactly what was acknowledged, in order.
-#[track_caller]
-fn wait_readable(cluster: &Cluster, leaders: &BTreeMap<i32, i32>, acknowledged: &Acknowledged) {
-    for (&partition, &leader) in leaders {
-        let expected = &acknowledged[&partition];
-        wait_for(|| {
-            let read = read_values(&mut cluster.client(leader), TOPIC, partition);
-            assert!(
-                read.len() <= expected.len() && read[..] == expected[..read.len()],
-                "partition {partition} on {leader} serves what was not acknowledged, or out of \
-                 order: {read:?}"
-            );
-            (read == *expected).then_some(())
-        });
-    }
-}
-
-/// What each partition's leader answered acks=all for, in order.
-type Acknowledged = BTreeMap<i32, Vec<Bytes>>;
 
 /// Three nodes (with `extra` settings) and [`TOPIC`], every replica in sync, and a first
 /// round of acks=all records that every leader serves: the cluster, the leaders and what
@@ -146,21 +40,7 @@ type Acknowledged = BTreeMap<i32, Vec<Bytes>>;
 fn started(extra: &[&str]) -> (Cluster, BTreeMap<i32, i32>, Acknowledged) {
     let mut settings = vec!["replica.fetch.backoff.ms=100"];
     settings.extend_from_slice(extra);
-    let cluster = Cluster::start_with(&settings);
-    let controller = cluster.controller();
-    assert_eq!(create(&mut cluster.client(controller)), 0);
-    let leaders = leaders_among(&cluster, &[1, 2, 3]);
-    for (partition, (_, isr)) in states(&cluster, controller) {
-        assert_eq!(
-            isr,
-            [1, 2, 3],
-            "partition {partition} starts with every replica in sync"
-        );
-    }
-    let mut acknowledged = BTreeMap::new();
-    produce_round(&cluster, &leaders, "all-three", -1, 0, &mut acknowledged);
-    wait_readable(&cluster, &leaders, &acknowledged);
-    (cluster, leaders, acknowledged)
+    with_topic(Cluster::start_with(&settings))
 }
 
 /// Freezes (SIGSTOP) a follower of partition 0 and writes one record there with acks=all,
@@ -263,21 +143,6 @@ fn acknowledged_records_survive_a_hung_follower_a_killed_leader_and_a_stopped_on
     produce_round(&cluster, &leaders, "alone", -1, refused, &mut acknowledged);
     produce_round(&cluster, &leaders, "alone-acks-1", 1, 0, &mut acknowledged);
     wait_readable(&cluster, &leaders, &acknowledged);
-}
-
-/// Waits until every running node names all of `isr` (sorted) as each partition's ISR.
-#[track_caller]
-fn wait_isr(cluster: &Cluster, isr: &[i32]) {
-    wait_for(|| {
-        cluster
-            .nodes
-            .keys()
-            .all(|&id| {
-                let states = states(cluster, id);
-                states.len() == PARTITIONS as usize && states.values().all(|(_, i)| i == isr)
-            })
-            .then_some(())
-    });
 }
 
 #[test]

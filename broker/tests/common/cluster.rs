@@ -1,7 +1,8 @@
-//! Three nodes on loopback, each broker and controller (Kafka's combined mode), in one
-//! metadata quorum: started at once on directories formatted with one cluster id, each
-//! killed, stopped or restarted on its own directory, and the account of the cluster that
-//! every node must agree on. Every wait is bounded.
+//! Three nodes, each broker and controller (Kafka's combined mode), in one metadata quorum:
+//! started at once on directories formatted with one cluster id, each killed, stopped or
+//! restarted on its own directory, and the account of the cluster that every node must agree
+//! on. The nodes run on loopback, or each in a network namespace of its own ([`Host`]).
+//! Every wait is bounded.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -11,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{MetadataResponse, RequestKind, ResponseKind};
 
-use super::{metadata, Client, Node};
+use super::{metadata, Client, Host, Node};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 pub const CLUSTER_ID: &str = "q3ClusterTestsXXXXXXXw";
 
 pub struct Cluster {
     pub dirs: BTreeMap<i32, PathBuf>,
+    hosts: BTreeMap<i32, Host>,
     voters: String,
     /// Extra settings every node starts with.
     extra: Vec<String>,
@@ -40,9 +42,24 @@ impl Cluster {
 
     /// As [`Cluster::start`], every node with `extra` settings too.
     pub fn start_with(extra: &[&str]) -> Cluster {
+        let hosts = (1..=3).map(|id| (id, Host::Loopback)).collect();
+        Cluster::start_on(hosts, extra)
+    }
+
+    /// As [`Cluster::start_with`], node `id` on `hosts[id]` (ids 1 to 3).
+    pub fn start_on(hosts: BTreeMap<i32, Host>, extra: &[&str]) -> Cluster {
+        assert_eq!(hosts.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
         let tmp = tempfile::tempdir().expect("tmp");
-        let voters = (1..=3)
-            .map(|id| format!("{id}@127.0.0.1:{}", free_port()))
+        let voters = hosts
+            .iter()
+            .map(|(id, host)| match host {
+                Host::Loopback => format!("{id}@127.0.0.1:{}", free_port()),
+                Host::Netns {
+                    ip,
+                    controller_port,
+                    ..
+                } => format!("{id}@{ip}:{controller_port}"),
+            })
             .collect::<Vec<_>>()
             .join(",");
         let mut dirs = BTreeMap::new();
@@ -62,6 +79,7 @@ impl Cluster {
         let mut cluster = Cluster {
             _tmp: tmp,
             dirs,
+            hosts,
             voters,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             nodes: BTreeMap::new(),
@@ -100,7 +118,7 @@ impl Cluster {
     pub fn launch(&self, id: i32) -> Node {
         let settings = self.settings(id);
         let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
-        Node::start_in(&self.dirs[&id], &settings)
+        Node::start_at(&self.dirs[&id], &self.hosts[&id], &settings)
     }
 
     pub fn client(&self, id: i32) -> Client {

@@ -8,6 +8,8 @@
 //!   already in use" (a node never shares its port); the launcher then tries another port.
 //! - Ready means the node logged "ready": every shard has opened its partitions and the
 //!   acceptor runs. A TCP connect proves less: the socket is bound before the logs recover.
+//! - A node on an address of its own (in a network namespace) takes the port it is given
+//!   ([`launch_at`]): nothing else listens there.
 //!
 //! Shared by the broker's and the bench's integration tests (the bench includes this file).
 
@@ -39,45 +41,72 @@ pub struct Launched {
 pub fn launch(log: &Path, mut command: impl FnMut(u16) -> Command) -> Launched {
     for _ in 0..ATTEMPTS_MAX {
         let port = candidate_port();
-        let start_bytes = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("node log file");
-        let err = out.try_clone().expect("node log handle");
-        let mut child = command(port)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("the node starts");
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            let new_text = text.get(start_bytes..).unwrap_or_default();
-            if new_text.lines().any(is_ready_line) {
-                return Launched {
-                    child,
-                    port,
-                    log: log.to_path_buf(),
-                };
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                if new_text.contains("address already in use") {
-                    break; // taken since we looked: try another port
-                }
-                panic!("the node exited ({status}) before it was ready; its log:\n{new_text}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the node was not ready within {READY_TIMEOUT:?}; its log:\n{new_text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(launched) = start(log, port, command(port)) {
+            return launched;
         }
+        // Taken since we looked: try another port.
     }
     panic!("no free port found below the ephemeral range in {ATTEMPTS_MAX} attempts");
+}
+
+/// Starts `command`, a node listening on `port` that nothing else can take (an address of
+/// its own, as in a network namespace), and waits until it is ready. Panics with the node's
+/// log if it exits or is not ready in time.
+pub fn launch_at(log: &Path, port: u16, command: Command) -> Launched {
+    start(log, port, command).unwrap_or_else(|| {
+        panic!(
+            "the node's port {port} is taken; its log:\n{}",
+            new_text(log, 0)
+        )
+    })
+}
+
+/// Starts `command` with its output appended to `log` and waits until it logs "ready":
+/// `None` if it exits because its port is in use, a panic with its log if it exits for
+/// another reason or is not ready within [`READY_TIMEOUT`].
+fn start(log: &Path, port: u16, mut command: Command) -> Option<Launched> {
+    let start_bytes = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("node log file");
+    let err = out.try_clone().expect("node log handle");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("the node starts");
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let new_text = new_text(log, start_bytes);
+        if new_text.lines().any(is_ready_line) {
+            return Some(Launched {
+                child,
+                port,
+                log: log.to_path_buf(),
+            });
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            if new_text.contains("address already in use") {
+                return None;
+            }
+            panic!("the node exited ({status}) before it was ready; its log:\n{new_text}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the node was not ready within {READY_TIMEOUT:?}; its log:\n{new_text}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What `log` holds past its first `start_bytes` bytes.
+fn new_text(log: &Path, start_bytes: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.get(start_bytes..).unwrap_or_default().to_string()
 }
 
 /// The node's start-up line once every shard serves: `… INFO broker::server: ready …`.

@@ -2,15 +2,17 @@
 //! directory, and a minimal blocking Kafka client on the `client` crate's framing (raw
 //! frames too, for tests of what the node does with bad ones).
 //! Nodes start through [`launch`], which races nothing for their ports; a node's output
-//! goes to `node.log` in its directory and is printed when a test fails.
+//! goes to `node.log` in its directory and is printed when a test fails. A node runs on
+//! loopback, or inside a network namespace at an address of its own ([`Host`]).
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod cluster;
 pub mod launch;
+pub mod replicated;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -20,9 +22,26 @@ use client::frame::{api_key_of, decode_response_kind, encode_request_kind, frame
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
+/// Where a node runs and takes clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Host {
+    /// On 127.0.0.1, at a port the launcher picks.
+    Loopback,
+    /// Inside network namespace `netns` (`ip netns exec`), listening at `ip`: for clients
+    /// on `client_port`, for the metadata quorum (when in one) on `controller_port`.
+    Netns {
+        netns: String,
+        ip: IpAddr,
+        client_port: u16,
+        controller_port: u16,
+    },
+}
+
 /// A node started for one test; killed when dropped.
 pub struct Node {
     pub child: Child,
+    /// Where its clients connect: `ip` and `port`.
+    pub ip: IpAddr,
     pub port: u16,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -39,27 +58,60 @@ impl Node {
 
     /// Starts a node on an existing data directory (for restarts).
     pub fn start_in(dir: &Path, settings: &[&str]) -> Node {
-        let launched = launch::launch(&dir.join("node.log"), |port| {
-            let listener = format!("PLAINTEXT://127.0.0.1:{port}");
-            let mut command = Command::new(env!("CARGO_BIN_EXE_ringlog"));
+        Node::start_at(dir, &Host::Loopback, settings)
+    }
+
+    /// Starts a node on an existing data directory, on `host`.
+    pub fn start_at(dir: &Path, host: &Host, settings: &[&str]) -> Node {
+        let log = dir.join("node.log");
+        let serve = |ip: IpAddr, port: u16, mut command: Command| {
             command
                 .arg("serve")
                 .arg("--cores")
                 .arg("2")
                 .args(["--set", &format!("log.dirs={}", dir.join("data").display())])
-                .args(["--set", &format!("listeners={listener}")])
+                .args(["--set", &format!("listeners=PLAINTEXT://{ip}:{port}")])
                 .env("RUST_LOG", launch::log_filter("warn"));
             for setting in settings {
                 command.args(["--set", setting]);
             }
             command
-        });
+        };
+        let (ip, launched) = match host {
+            Host::Loopback => {
+                let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+                let launched = launch::launch(&log, |port| {
+                    serve(ip, port, Command::new(env!("CARGO_BIN_EXE_ringlog")))
+                });
+                (ip, launched)
+            }
+            Host::Netns {
+                netns,
+                ip,
+                client_port,
+                ..
+            } => {
+                // `ip netns exec` execs the node: the child is the node's own process.
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", netns])
+                    .arg(env!("CARGO_BIN_EXE_ringlog"));
+                let command = serve(*ip, *client_port, command);
+                (*ip, launch::launch_at(&log, *client_port, command))
+            }
+        };
         Node {
             child: launched.child,
+            ip,
             port: launched.port,
             dir: dir.to_path_buf(),
             _tmp: None,
         }
+    }
+
+    /// The address clients connect to.
+    pub fn address(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port)
     }
 
     /// What the node has logged so far.
@@ -68,7 +120,7 @@ impl Node {
     }
 
     pub fn connect(&self) -> Client {
-        Client::connect(self.port)
+        Client::connect_to(self.address())
     }
 
     /// SIGTERM, and waits (bounded) for a clean exit. The data directory stays for
@@ -139,8 +191,8 @@ impl Drop for Node {
         let _ = self.child.wait();
         if std::thread::panicking() {
             eprintln!(
-                "--- log of the node on port {} ---\n{}",
-                self.port,
+                "--- log of the node at {} ---\n{}",
+                self.address(),
                 self.log_text()
             );
         }
@@ -154,9 +206,18 @@ pub struct Client {
     awaited: std::collections::VecDeque<i32>,
 }
 
+/// How long connecting to a node may take (a node in a namespace is never out of reach of
+/// the test itself, but a wait must be bounded all the same).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Client {
     pub fn connect(port: u16) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        Client::connect_to(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
+    }
+
+    pub fn connect_to(address: SocketAddr) -> Client {
+        let stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to {address}: {e}"));
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("timeout");
