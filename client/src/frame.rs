@@ -172,6 +172,10 @@ pub fn api_key_of(request: &RequestKind) -> Result<ApiKey> {
         RequestKind::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
         RequestKind::DeleteRecords(_) => ApiKey::DeleteRecords,
         RequestKind::DescribeQuorum(_) => ApiKey::DescribeQuorum,
+        RequestKind::ElectLeaders(_) => ApiKey::ElectLeaders,
+        RequestKind::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
+        RequestKind::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
+        RequestKind::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
         other => bail!("this client does not frame {other:?}"),
     })
 }

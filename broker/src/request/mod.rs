@@ -12,6 +12,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod describe_quorum;
 mod elect_leaders;
 pub(crate) mod fetch;
@@ -75,6 +76,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::ElectLeaders, 0, 2),
         (ApiKey::AlterPartitionReassignments, 0, 1),
         (ApiKey::ListPartitionReassignments, 0, 0),
+        (ApiKey::DescribeLogDirs, 1, 4),
     ])
 }
 
@@ -161,6 +163,9 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         }
         RequestKind::AlterPartitionReassignments(body) => {
             respond(alter_partition_reassignments::handle(&shard, body, version).await)
+        }
+        RequestKind::DescribeLogDirs(body) => {
+            respond(describe_log_dirs::handle(&shard, body).await)
         }
         RequestKind::ListPartitionReassignments(body) => {
             respond(list_partition_reassignments::handle(&shard, body))
