@@ -275,6 +275,76 @@ fn every_announced_version_answers() {
         }
     }
 
+    // Leadership and replicas: on one node every election is not needed, a move to where a
+    // partition is changes nothing, and there is no move to cancel or list.
+    for version in range(ApiKey::ElectLeaders) {
+        let request = ElectLeadersRequest::default()
+            .with_timeout_ms(5000)
+            .with_topic_partitions(Some(vec![
+                kafka_protocol::messages::elect_leaders_request::TopicPartitions::default()
+                    .with_topic(name("auto"))
+                    .with_partitions(vec![0]),
+            ]));
+        let ResponseKind::ElectLeaders(answer) =
+            client.call(version, RequestKind::ElectLeaders(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.error_code, 0, "ElectLeaders v{version}");
+        let result = &answer.replica_election_results[0].partition_result[0];
+        assert_eq!(result.error_code, 84, "ElectLeaders v{version}: not needed");
+    }
+    for version in range(ApiKey::AlterPartitionReassignments) {
+        use kafka_protocol::messages::alter_partition_reassignments_request::{
+            ReassignablePartition, ReassignableTopic,
+        };
+        for (replicas, expected) in [(Some(vec![BrokerId(1)]), 0), (None, 85)] {
+            let request = AlterPartitionReassignmentsRequest::default()
+                .with_timeout_ms(5000)
+                .with_topics(vec![ReassignableTopic::default()
+                    .with_name(name("auto"))
+                    .with_partitions(vec![ReassignablePartition::default()
+                        .with_partition_index(0)
+                        .with_replicas(replicas)])]);
+            let ResponseKind::AlterPartitionReassignments(answer) =
+                client.call(version, RequestKind::AlterPartitionReassignments(request))
+            else {
+                unreachable!()
+            };
+            let code = answer.responses[0].partitions[0].error_code;
+            assert_eq!(code, expected, "AlterPartitionReassignments v{version}");
+        }
+    }
+    for version in range(ApiKey::ListPartitionReassignments) {
+        let request = ListPartitionReassignmentsRequest::default().with_timeout_ms(5000);
+        let ResponseKind::ListPartitionReassignments(answer) =
+            client.call(version, RequestKind::ListPartitionReassignments(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            answer.error_code, 0,
+            "ListPartitionReassignments v{version}"
+        );
+        assert!(answer.topics.is_empty(), "no move in progress");
+    }
+    for version in range(ApiKey::DescribeLogDirs) {
+        let request = DescribeLogDirsRequest::default().with_topics(None);
+        let ResponseKind::DescribeLogDirs(answer) =
+            client.call(version, RequestKind::DescribeLogDirs(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.error_code, 0, "DescribeLogDirs v{version}");
+        let dir = &answer.results[0];
+        let auto = dir.topics.iter().find(|t| t.name.as_str() == "auto");
+        let partition = &auto.expect("the topic written to").partitions[0];
+        assert!(partition.partition_size > 0, "DescribeLogDirs v{version}");
+        if version >= 4 {
+            assert!(dir.total_bytes >= dir.usable_bytes && dir.usable_bytes > 0);
+        }
+    }
+
     for version in range(ApiKey::DeleteTopics) {
         let topic = &topics_created[version as usize % topics_created.len()];
         let request = DeleteTopicsRequest::default().with_timeout_ms(5000);

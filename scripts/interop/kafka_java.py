@@ -30,6 +30,7 @@ DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
 METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand"
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 

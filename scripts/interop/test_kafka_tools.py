@@ -1,24 +1,26 @@
 """Kafka's own command-line tools (the classes behind kafka-topics.sh and the others, from
-the kafka-tools 4.x jar) against a single ringlog node.
+the kafka-tools 4.x jar) against ringlog.
 
 Goal: an operator's everyday commands work unchanged: topics, the console producer and
 consumer, consumer groups (with offset resets that replay history), configs, offsets, and
-the two perf tools as neutral load generators. Tools whose API ringlog lacks yet are listed
-in EXPECTED_FAILURES with the API they need; each entry must fail with the Java client's
-words for a missing API, naming it, so that the issue adding the API has to remove its
-entry.
+the two perf tools as neutral load generators; and, on three nodes, kafka-leader-election
+and kafka-reassign-partitions.
 
 Method: each tool runs as its script would (`java -cp <jars> <class> <args>`), its output
 is parsed and checked against what the test created or what ringlog reports through
 confluent-kafka.
 """
 
+import json
 import re
 
 import pytest
 
+from confluent_kafka.admin import NewTopic
+
 import kafka_java as kj
-from clients import create_topic, unique_topic, watermarks
+from clients import admin, create_topic, unique_topic, wait_for, watermarks
+from conftest import finish, start_cluster
 
 
 def topics(broker, *args, **kwargs):
@@ -143,6 +145,25 @@ def test_kafka_delete_records_moves_the_low_watermark(broker, tmp_path):
     assert earliest == [f"{topic}:0:6"], earliest
 
 
+def test_kafka_log_dirs_describes_each_replica_size(broker):
+    topic = unique_topic("dirs")
+    create_topic(broker.bootstrap, topic, 2)
+    kj.tool(kj.CONSOLE_PRODUCER, "--bootstrap-server", broker.bootstrap, "--topic", topic,
+            "--producer-property", "partitioner.class="
+            "org.apache.kafka.clients.producer.RoundRobinPartitioner",
+            input_text="".join(f"m{i}\n" for i in range(10)))
+    out = kj.tool(kj.LOG_DIRS, "--bootstrap-server", broker.bootstrap, "--describe",
+                  "--topic-list", topic).stdout
+    described = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    (node,) = described["brokers"]
+    (log_dir,) = node["logDirs"]
+    assert log_dir["error"] is None, log_dir
+    sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
+    assert set(sizes) == {f"{topic}-0", f"{topic}-1"}, out
+    assert all(size > 0 for size in sizes.values()), out
+    assert all(p["offsetLag"] == 0 and not p["isFuture"] for p in log_dir["partitions"])
+
+
 def test_kafka_metadata_quorum_describes_a_one_voter_quorum(broker):
     create_topic(broker.bootstrap, unique_topic("quorum"), 1)
     status = kj.tool(kj.METADATA_QUORUM, "--bootstrap-server", broker.bootstrap, "describe",
@@ -189,29 +210,85 @@ def test_perf_tools_as_load_generators(broker):
     assert int(row[4]) == 50000, out
 
 
-# Tools that need an API ringlog does not have yet, and the issue that brings it.
-EXPECTED_FAILURES = [
-    ("kafka-reassign-partitions --list", kj.REASSIGN, ["--list"],
-     "LIST_PARTITION_REASSIGNMENTS", "replication"),
-    ("kafka-leader-election", kj.LEADER_ELECTION,
-     ["--election-type", "preferred", "--all-topic-partitions"], "ELECT_LEADERS",
-     "replication"),
-]
+# Tools that move leadership and replicas, on three nodes.
+
+@pytest.fixture
+def cluster(tmp_path):
+    nodes = start_cluster(tmp_path, {"broker.heartbeat.interval.ms": 200,
+                                     "broker.session.timeout.ms": 1500,
+                                     "replica.fetch.backoff.ms": 100})
+    yield nodes
+    for b in nodes:
+        finish(b)
 
 
-@pytest.mark.parametrize("name,cls,args,api,issue", EXPECTED_FAILURES,
-                         ids=[e[0] for e in EXPECTED_FAILURES])
-def test_tools_whose_api_is_missing_name_it(broker, tmp_path, name, cls, args, api, issue):
-    topic = unique_topic("missing")
-    create_topic(broker.bootstrap, topic, 1)
-    offsets = tmp_path / "offsets.json"
-    offsets.write_text('{"partitions": [{"topic": "%s", "partition": 0, "offset": 0}]}' % topic)
-    args = [a.format(topic=topic, offsets=offsets) for a in args]
-    done = kj.tool(cls, "--bootstrap-server", broker.bootstrap, *args, check=False,
-                   timeout=120)
-    said = done.stdout + done.stderr
-    # The Java client names the API the node lacks: "The node does not support ELECT_LEADERS",
-    # or "The INCREMENTAL_ALTER_CONFIGS API is not supported by the cluster".
-    assert re.search(rf"does not support {api}\b|The {api} API is not supported", said), (
-        f"{name} must fail for want of {api} (else it works now: remove it from "
-        f"EXPECTED_FAILURES, the {issue} issue):\n{said[-3000:]}")
+def bootstrap(nodes):
+    return ",".join(b.bootstrap for b in nodes if b.alive())
+
+
+def partition_states(bootstrap_servers, topic):
+    """{partition: (leader, replicas, isr)} as the cluster's metadata gives it."""
+    described = admin(bootstrap_servers).list_topics(topic, timeout=10).topics[topic]
+    return {p.id: (p.leader, list(p.replicas), sorted(p.isrs))
+            for p in described.partitions.values()}
+
+
+def test_kafka_leader_election_gives_leadership_back_to_preferred_replicas(cluster):
+    topic = unique_topic("elect")
+    a = admin(bootstrap(cluster))
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)],
+                    operation_timeout=30)[topic].result(30)
+    wait_for(lambda: all(len(isr) == 3 for _, _, isr in
+                         partition_states(bootstrap(cluster), topic).values()),
+             30, "every replica in sync")
+    victim = partition_states(bootstrap(cluster), topic)[0][0]
+    cluster[victim - 1].kill9()
+    wait_for(lambda: partition_states(bootstrap(cluster), topic)[0][0] not in (victim, -1), 30,
+             "a new leader for partition 0")
+    cluster[victim - 1].start()
+    wait_for(lambda: all(len(isr) == 3 for _, _, isr in
+                         partition_states(bootstrap(cluster), topic).values()),
+             30, "the restarted broker back in sync")
+    out = kj.tool(kj.LEADER_ELECTION, "--bootstrap-server", bootstrap(cluster),
+                  "--election-type", "preferred", "--all-topic-partitions").stdout
+    assert re.search(rf"Successfully completed leader election \(PREFERRED\) for partitions "
+                     rf".*{topic}-0", out), out
+    wait_for(lambda: all(leader == replicas[0] for leader, replicas, _ in
+                         partition_states(bootstrap(cluster), topic).values()),
+             30, "every partition led by its preferred replica")
+    again = kj.tool(kj.LEADER_ELECTION, "--bootstrap-server", bootstrap(cluster),
+                    "--election-type", "unclean", "--topic", topic, "--partition", 0).stdout
+    assert f"Valid replica already elected for partitions {topic}-0" in again, again
+
+
+def test_kafka_reassign_partitions_moves_a_partition_with_its_data(cluster, tmp_path):
+    topic = unique_topic("reassign")
+    a = admin(bootstrap(cluster))
+    a.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1]])],
+                    operation_timeout=30)[topic].result(30)
+    kj.tool(kj.CONSOLE_PRODUCER, "--bootstrap-server", bootstrap(cluster), "--topic", topic,
+            input_text="".join(f"m{i}\n" for i in range(100)))
+    plan = tmp_path / "reassignment.json"
+    plan.write_text('{"version": 1, "partitions": '
+                    '[{"topic": "%s", "partition": 0, "replicas": [2, 3]}]}' % topic)
+
+    def reassign(*args, **kwargs):
+        return kj.tool(kj.REASSIGN, "--bootstrap-server", bootstrap(cluster), *args, **kwargs)
+
+    out = reassign("--reassignment-json-file", plan, "--execute").stdout
+    assert f"Successfully started partition reassignment for {topic}-0" in out, out
+    # Replication throttles are not offered, so there are none to clear.
+    wait_for(lambda: f"Reassignment of partition {topic}-0 is completed." in reassign(
+        "--reassignment-json-file", plan, "--verify", "--preserve-throttles").stdout,
+        60, "the move completed")
+    leader, replicas, isr = partition_states(bootstrap(cluster), topic)[0]
+    assert (replicas, isr) == ([2, 3], [2, 3]) and leader in (2, 3)
+    assert topic not in reassign("--list").stdout
+    read = console_consume_from(bootstrap(cluster), topic, 100)
+    assert read == [f"m{i}" for i in range(100)]
+
+
+def console_consume_from(servers, topic, count):
+    return kj.tool(kj.CONSOLE_CONSUMER, "--bootstrap-server", servers, "--topic", topic,
+                   "--from-beginning", "--max-messages", count,
+                   "--timeout-ms", 10000).stdout.splitlines()
