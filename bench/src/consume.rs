@@ -45,6 +45,7 @@ const REBALANCE_TIMEOUT_MS: i32 = 300_000;
 
 struct Plan {
     topic: String,
+    topic_id: uuid::Uuid,
     bootstrap: String,
     group: Option<String>,
     leaders: Vec<PartitionLeader>,
@@ -107,15 +108,16 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();
     let from = args.from;
-    let (leaders, starts, ends) = cores::run_local(async move {
+    let (leaders, topic_id, starts, ends) = cores::run_local(async move {
         let mut cluster = kafka::cluster(&bootstrap).await?;
         let Some(leaders) = cluster.leaders(&topic).await? else {
             bail!("topic {topic} does not exist");
         };
+        let topic_id = kafka::topic_id(&mut cluster, &topic).await?;
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
         let starts = kafka::log_offsets(&mut cluster, &topic, &parts, EARLIEST).await?;
         let ends = kafka::log_offsets(&mut cluster, &topic, &parts, LATEST).await?;
-        Ok::<_, anyhow::Error>((leaders, starts, ends))
+        Ok::<_, anyhow::Error>((leaders, topic_id, starts, ends))
     })??;
     let ends: BTreeMap<i32, i64> = ends.into_iter().collect();
     let mut positions = BTreeMap::new();
@@ -138,6 +140,7 @@ pub fn run(args: &ConsumeArgs) -> Result<Summary> {
     let cores = cores::cores_to_use(args.common.cores, consumers);
     let plan = Arc::new(Plan {
         topic: args.common.topic.clone(),
+        topic_id,
         bootstrap: args.common.bootstrap_server.clone(),
         group: args.group.clone(),
         reached: positions
@@ -402,6 +405,7 @@ async fn fetch_once(
     let response = kafka::fetch(
         conn,
         &plan.topic,
+        plan.topic_id,
         wanted,
         FETCH_MAX_WAIT_MS,
         plan.partition_bytes_max,

@@ -49,12 +49,13 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();
     let spec = args.common.topic_spec();
-    let (leaders, starts) = cores::run_local(async move {
+    let (leaders, topic_id, starts) = cores::run_local(async move {
         let mut cluster = kafka::cluster(&bootstrap).await?;
         let leaders = client::admin::ensure_topic(&mut cluster, &topic, &spec).await?;
+        let topic_id = kafka::topic_id(&mut cluster, &topic).await?;
         let parts: Vec<i32> = leaders.iter().map(|l| l.partition).collect();
         let starts = kafka::log_offsets(&mut cluster, &topic, &parts, LATEST).await?;
-        Ok::<_, anyhow::Error>((leaders, starts))
+        Ok::<_, anyhow::Error>((leaders, topic_id, starts))
     })??;
     let producers = load.producers.max(1);
     let cores = cores::cores_to_use(args.common.cores, 2);
@@ -102,8 +103,15 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
                 if core == cores - 1 {
                     let (plan, shared, progress) = (plan.clone(), shared.clone(), progress.clone());
                     tasks.push(glommio::spawn_local(async move {
-                        let t = consumer(&plan, &leaders, &starts, &shared, &progress.cores[core])
-                            .await;
+                        let t = consumer(
+                            &plan,
+                            topic_id,
+                            &leaders,
+                            &starts,
+                            &shared,
+                            &progress.cores[core],
+                        )
+                        .await;
                         (t, true)
                     }));
                 }
@@ -194,6 +202,7 @@ fn decompress(buf: &mut Bytes, compression: RecordCompression) -> anyhow::Result
 /// tally counts every message consumed (warm-up included).
 async fn consumer(
     plan: &Plan,
+    topic_id: uuid::Uuid,
     leaders: &[PartitionLeader],
     starts: &[(i32, i64)],
     shared: &Shared,
@@ -227,7 +236,7 @@ async fn consumer(
             }
         }
         let response =
-            match kafka::fetch(&mut conn, &plan.topic, &positions, 100, 8 * 1024 * 1024).await {
+            match kafka::fetch(&mut conn, &plan.topic, topic_id, &positions, 100, 8 << 20).await {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("e2e consumer: fetch failed: {e:#}");

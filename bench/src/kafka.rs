@@ -13,6 +13,7 @@ use client::fetch::{fetch_request, FetchLimits};
 use client::offsets;
 use client::{Cluster, Connection};
 use kafka_protocol::messages::FetchResponse;
+use uuid::Uuid;
 
 pub use client::admin::NewTopic as TopicSpec;
 pub use client::{error_name, PartitionLeader};
@@ -31,10 +32,12 @@ pub async fn cluster(bootstrap: &str) -> Result<Cluster> {
     Cluster::connect(bootstrap, CLIENT_ID).await
 }
 
-/// One Fetch of `topic` at the given (partition, offset) positions.
+/// One Fetch of `topic` (named by `topic_id` from Fetch v13 on) at the given (partition,
+/// offset) positions.
 pub async fn fetch(
     conn: &mut Connection,
     topic: &str,
+    topic_id: Uuid,
     positions: &[(i32, i64)],
     max_wait_ms: i32,
     partition_bytes_max: i32,
@@ -44,7 +47,13 @@ pub async fn fetch(
         max_bytes: FETCH_BYTES_MAX,
         partition_max_bytes: partition_bytes_max,
     };
-    conn.call(&fetch_request(topic, positions, limits)).await
+    conn.call(&fetch_request(topic, topic_id, positions, limits))
+        .await
+}
+
+/// The id of `topic` (KIP-516), which fetches name it by.
+pub async fn topic_id(cluster: &mut Cluster, topic: &str) -> Result<Uuid> {
+    Ok(cluster.topic(topic).await?.topic_id)
 }
 
 /// (partition, offset) at `which` ([`offsets::EARLIEST`] or [`offsets::LATEST`]) of each of

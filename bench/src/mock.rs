@@ -101,7 +101,9 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: Arc<Mutex<State>>) -> R
                 let mut topics = Vec::new();
                 for t in req.topics.unwrap_or_default() {
                     let name = t.name.clone().expect("named");
-                    let mut mt = MetadataResponseTopic::default().with_name(Some(name.clone()));
+                    let mut mt = MetadataResponseTopic::default()
+                        .with_name(Some(name.clone()))
+                        .with_topic_id(topic_id(&name));
                     match st.topics.get(name.0.as_str()) {
                         None => mt.error_code = 3,
                         Some(logs) => {
@@ -234,7 +236,14 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: Arc<Mutex<State>>) -> R
                     let mut any = false;
                     let mut responses = Vec::new();
                     for t in &req.topics {
-                        let logs = st.topics.get(t.topic.0.as_str());
+                        // From v13 topics are named by id (KIP-516).
+                        let name = if v >= 13 {
+                            let named = st.topics.keys().find(|n| topic_id(n) == t.topic_id);
+                            named.cloned().unwrap_or_default()
+                        } else {
+                            t.topic.0.to_string()
+                        };
+                        let logs = st.topics.get(name.as_str());
                         let mut parts = Vec::new();
                         for p in &t.partitions {
                             let mut pd = PartitionData::default().with_partition_index(p.partition);
@@ -263,6 +272,7 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: Arc<Mutex<State>>) -> R
                         responses.push(
                             FetchableTopicResponse::default()
                                 .with_topic(t.topic.clone())
+                                .with_topic_id(t.topic_id)
                                 .with_partitions(parts),
                         );
                     }
@@ -283,6 +293,16 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: Arc<Mutex<State>>) -> R
         }
         stream.write_all(&out)?;
     }
+}
+
+/// The mock's id of a topic: a hash of its name (FNV-1a), never nil.
+fn topic_id(name: &str) -> uuid::Uuid {
+    let hash = name
+        .bytes()
+        .fold(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d_u128, |h, b| {
+            (h ^ u128::from(b)).wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b)
+        });
+    uuid::Uuid::from_u128(hash | 1)
 }
 
 fn append(log: &mut Log, records: &[u8]) -> Result<i64> {

@@ -161,15 +161,20 @@ impl Partition {
     }
 
     /// On the leader: the ISR change to propose now, if any (see `ReplicaSet::wanted_isr`).
-    pub fn isr_change(&self, lag_max_ms: i64, is_live: impl Fn(i32) -> bool) -> Option<IsrChange> {
+    pub fn isr_change(
+        &self,
+        lag_max_ms: i64,
+        eligible: impl Fn(i32, i64) -> bool,
+    ) -> Option<IsrChange> {
         if !self.leadership.get().is_local {
             return None;
         }
         let replicas = self.replicas.borrow();
-        let isr = replicas.wanted_isr(now_ms(), lag_max_ms, self.high_watermark(), is_live)?;
+        let isr = replicas.wanted_isr(now_ms(), lag_max_ms, self.high_watermark(), eligible)?;
         Some(IsrChange {
             leader_epoch: replicas.leader_epoch(),
             partition_epoch: replicas.partition_epoch(),
+            broker_epochs: replicas.broker_epochs(&isr),
             isr,
         })
     }
@@ -196,14 +201,24 @@ impl Partition {
         offset >= self.high_watermark() && !self.replicas.borrow().isr().contains(&replica)
     }
 
-    /// On the leader: follower `replica` fetched at `offset`. False (and nothing recorded) if
-    /// it holds no replica of the partition.
-    pub fn record_follower_fetch(&self, replica: i32, offset: i64, now_ms: i64) -> bool {
+    /// On the leader: incarnation `broker_epoch` of follower `replica` (-1: not named)
+    /// fetched at `offset`. False (and nothing recorded) if it holds no replica of the
+    /// partition.
+    pub fn record_follower_fetch(
+        &self,
+        replica: i32,
+        broker_epoch: i64,
+        offset: i64,
+        now_ms: i64,
+    ) -> bool {
         let leader_end = self.log.log_end_offset();
-        let known = self
-            .replicas
-            .borrow_mut()
-            .record_fetch(replica, offset, leader_end, now_ms);
+        let known = self.replicas.borrow_mut().record_fetch(
+            replica,
+            broker_epoch,
+            offset,
+            leader_end,
+            now_ms,
+        );
         if known {
             self.recompute_high_watermark();
         }
@@ -448,6 +463,9 @@ pub struct IsrChange {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub isr: Vec<i32>,
+    /// The broker epoch each member of `isr` fetched as, -1 where unknown (KIP-903's
+    /// NewIsrWithEpochs): the controller refuses a member whose registration moved on.
+    pub broker_epochs: Vec<i64>,
 }
 
 impl Leadership {

@@ -220,22 +220,41 @@ fn every_announced_version_answers() {
         );
         produced.push(Bytes::from(value));
     }
+    // From Fetch v13 topics are named by id (KIP-516), which Metadata gives.
+    let auto_id = common::metadata(&mut client, &["auto"]).topics[0].topic_id;
     for version in range(ApiKey::Fetch) {
-        let wanted = FetchPartition::default()
-            .with_partition(0)
-            .with_fetch_offset(0)
-            .with_partition_max_bytes(1 << 20);
-        let request = FetchRequest::default()
-            .with_max_wait_ms(100)
-            .with_min_bytes(1)
-            .with_max_bytes(1 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(name("auto"))
-                .with_partitions(vec![wanted])]);
+        let fetch = |topic_id| {
+            let wanted = FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20);
+            FetchRequest::default()
+                .with_max_wait_ms(100)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(name("auto"))
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![wanted])])
+        };
+        if version >= 13 {
+            let unknown = fetch(uuid::Uuid::from_u128(7));
+            let ResponseKind::Fetch(answer) = client.call(version, RequestKind::Fetch(unknown))
+            else {
+                unreachable!()
+            };
+            let topic = &answer.responses[0];
+            assert_eq!(topic.topic_id, uuid::Uuid::from_u128(7), "Fetch v{version}");
+            assert_eq!(topic.partitions[0].error_code, 100, "UNKNOWN_TOPIC_ID");
+        }
+        let request = fetch(auto_id);
         let ResponseKind::Fetch(answer) = client.call(version, RequestKind::Fetch(request)) else {
             unreachable!()
         };
+        if version >= 13 {
+            assert_eq!(answer.responses[0].topic_id, auto_id, "Fetch v{version}");
+        }
         let partition = &answer.responses[0].partitions[0];
         assert_eq!(partition.error_code, 0, "Fetch v{version}");
         assert_eq!(partition.high_watermark, produced.len() as i64);

@@ -15,6 +15,8 @@
 //! - A group's committed offsets survive a kill -9 of its coordinator: `__consumer_offsets`
 //!   is replicated, and the new leader of the group's partition serves them.
 //! - With `replica.fsync.before.fetch`, consumers see only what every ISR member synced.
+//! - A follower joins the ISR only as the incarnation the metadata registers (the broker
+//!   epoch of Fetch v15's replica state, KIP-903).
 //!
 //! Every wait is bounded.
 
@@ -188,6 +190,78 @@ fn a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up() {
     // the one that was away leads everything and holds everything acknowledged.
     let leaders = stop_all_but(&mut cluster, hung);
     wait_readable(&cluster, &leaders, &acknowledged);
+}
+
+/// Fetch v15 of partition 0 of [`TOPIC`] at `offset`, as incarnation `broker_epoch` of
+/// follower `replica` says it is (KIP-903's replica state).
+fn fetch_as_replica(
+    client: &mut common::Client,
+    topic_id: uuid::Uuid,
+    replica: i32,
+    broker_epoch: i64,
+    offset: i64,
+) -> i16 {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, RequestKind, ResponseKind};
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(BrokerId(replica))
+                .with_replica_epoch(broker_epoch),
+        )
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(-1)
+                .with_partition_max_bytes(1 << 20)])]);
+    let ResponseKind::Fetch(answer) = client.call(15, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    answer.responses[0].partitions[0].error_code
+}
+
+#[test]
+fn a_replica_joins_the_isr_only_as_the_incarnation_the_metadata_registers() {
+    // Brokers stay registered through a minute of silence: only the lag takes one out.
+    let (cluster, leaders, mut acknowledged) = started(&[
+        "replica.lag.time.max.ms=1000",
+        "broker.session.timeout.ms=60000",
+    ]);
+    let hung = hang_a_follower(&cluster, &leaders, &mut acknowledged);
+    let leader = leaders[&0];
+    let without_hung = |isr: &Vec<i32>| !isr.contains(&hung) && isr.len() == 2;
+    wait_for(|| without_hung(&states(&cluster, leader)[&0].1).then_some(()));
+
+    // Fetches at the leader's log end that claim to come from the hung broker, as an
+    // incarnation before its registration (every broker registered once: epoch 1): they
+    // bring it no place in the ISR, however long they go on.
+    let mut client = cluster.client(leader);
+    let topic_id = common::metadata(&mut client, &[TOPIC]).topics[0].topic_id;
+    let log_end = acknowledged[&0].len() as i64;
+    let started_at = std::time::Instant::now();
+    while started_at.elapsed() < std::time::Duration::from_secs(3) {
+        assert_eq!(fetch_as_replica(&mut client, topic_id, hung, 0, log_end), 0);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let isr = states(&cluster, leader)[&0].1.clone();
+        assert!(
+            without_hung(&isr),
+            "a stale incarnation joined the ISR: {isr:?}"
+        );
+    }
+    // As the registered incarnation, the same fetch brings it back.
+    wait_for(|| {
+        assert_eq!(fetch_as_replica(&mut client, topic_id, hung, 1, log_end), 0);
+        states(&cluster, leader)[&0].1.contains(&hung).then_some(())
+    });
+    cluster.nodes[&hung].signal("CONT");
+    wait_isr(&cluster, &[1, 2, 3]);
 }
 
 #[test]

@@ -10,6 +10,7 @@
 use anyhow::{bail, Result};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest};
+use uuid::Uuid;
 
 use crate::cluster::topic_name;
 
@@ -21,9 +22,14 @@ pub struct FetchLimits {
     pub partition_max_bytes: i32,
 }
 
-/// A consumer's Fetch (replica id -1, no fetch session) of `topic` at the given
-/// (partition, offset) positions.
-pub fn fetch_request(topic: &str, positions: &[(i32, i64)], limits: FetchLimits) -> FetchRequest {
+/// A consumer's Fetch (replica id -1, no fetch session) of `topic` (named both by name, for
+/// v12 and before, and by `topic_id`, from v13) at the given (partition, offset) positions.
+pub fn fetch_request(
+    topic: &str,
+    topic_id: Uuid,
+    positions: &[(i32, i64)],
+    limits: FetchLimits,
+) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(limits.max_wait_ms)
@@ -33,6 +39,7 @@ pub fn fetch_request(topic: &str, positions: &[(i32, i64)], limits: FetchLimits)
         .with_session_epoch(-1)
         .with_topics(vec![FetchTopic::default()
             .with_topic(topic_name(topic))
+            .with_topic_id(topic_id)
             .with_partitions(
                 positions
                     .iter()

@@ -15,12 +15,13 @@ use anyhow::{anyhow, bail, Result};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 use kafka_protocol::protocol::Request;
 
-/// (api, lowest, highest) versions this client can build. Produce, Fetch and Metadata stop
-/// at 12 because later versions name topics by id only; OffsetCommit and OffsetFetch stop at
-/// 8 because 9 belongs to the KIP-848 group protocol.
+/// (api, lowest, highest) versions this client can build. Produce and Metadata stop at 12
+/// because later versions name topics by id only (Fetch names them both ways, see
+/// `fetch::fetch_request`); OffsetCommit and OffsetFetch stop at 8 because 9 belongs to the
+/// KIP-848 group protocol.
 pub const CLIENT_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::OffsetCommit, 2, 8),

@@ -365,6 +365,7 @@ impl<W: Write> Consumer<'_, W> {
             }
             let request = fetch_request(
                 &self.topic.name,
+                self.topic.topic_id,
                 &partitions,
                 FetchLimits {
                     max_wait_ms: wait_ms,

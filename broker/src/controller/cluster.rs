@@ -88,6 +88,9 @@ pub enum ForwardedRequest {
         leader_epoch: i32,
         partition_epoch: i32,
         isr: Vec<i32>,
+        /// The broker epoch each ISR member fetched as (-1 unknown): KIP-903.
+        #[serde(default)]
+        broker_epochs: Vec<i64>,
     },
     /// A client's IncrementalAlterConfigs, for one topic: `Some` sets, `None` removes.
     AlterTopicConfigs {
@@ -316,11 +319,13 @@ impl Controller {
                 leader_epoch,
                 partition_epoch,
                 isr,
+                broker_epochs,
             } => {
                 let change = IsrChange {
                     leader_epoch,
                     partition_epoch,
                     isr,
+                    broker_epochs,
                 };
                 let topic_id = uuid::Uuid::from_u128(topic_id);
                 self.alter_partition(broker_id, broker_epoch, topic_id, partition, change)
@@ -482,6 +487,7 @@ impl Controller {
             leader_epoch: change.leader_epoch,
             partition_epoch: change.partition_epoch,
             isr: change.isr,
+            broker_epochs: change.broker_epochs,
         };
         controller
             .execute_or_forward(Some(shard), request)
@@ -554,6 +560,21 @@ impl Controller {
                 return Err(Refusal::new(
                     ResponseError::IneligibleReplica,
                     format!("broker {ineligible} is not live"),
+                ));
+            }
+            // KIP-903: a member known by a fetch of another incarnation than the registered
+            // one (a broker that restarted since, its log perhaps shorter) may not be in sync.
+            let stale = change
+                .isr
+                .iter()
+                .zip(&change.broker_epochs)
+                .find(|(id, epoch)| {
+                    **epoch != -1 && image.brokers.get(id).is_none_or(|b| b.epoch != **epoch)
+                });
+            if let Some((id, epoch)) = stale {
+                return Err(Refusal::new(
+                    ResponseError::IneligibleReplica,
+                    format!("broker {id} fetched as epoch {epoch}, which is not its registration"),
                 ));
             }
             // The ISR change may complete a reassignment waiting for its added replicas.

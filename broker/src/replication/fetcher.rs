@@ -25,7 +25,7 @@ use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use client::Connection;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 use shard::Notify;
@@ -218,18 +218,37 @@ impl Fetcher {
                 .with_partition_max_bytes(limits.partition_bytes_max);
             match topics
                 .iter_mut()
-                .find(|t| t.topic.0.as_str() == item.topic.as_str())
+                .find(|t| t.topic_id == item.partition.topic_id)
             {
                 Some(topic) => topic.partitions.push(partition),
+                // Named both ways: by name up to v12, by id from v13 (KIP-516).
                 None => topics.push(
                     FetchTopic::default()
                         .with_topic(client::topic_name(&item.topic))
+                        .with_topic_id(item.partition.topic_id)
                         .with_partitions(vec![partition]),
                 ),
             }
         }
+        let node_id = self.shard.config.node_id;
+        // From v15 the follower names its incarnation too (KIP-903).
+        let (replica_id, replica_state) = if version >= 15 {
+            let broker_epoch = self
+                .shard
+                .image()
+                .brokers
+                .get(&node_id)
+                .map_or(-1, |b| b.epoch);
+            let state = ReplicaState::default()
+                .with_replica_id(BrokerId(node_id))
+                .with_replica_epoch(broker_epoch);
+            (-1, state)
+        } else {
+            (node_id, ReplicaState::default())
+        };
         FetchRequest::default()
-            .with_replica_id(BrokerId(self.shard.config.node_id))
+            .with_replica_id(BrokerId(replica_id))
+            .with_replica_state(replica_state)
             .with_max_wait_ms(limits.wait_max.as_millis() as i32)
             .with_min_bytes(limits.min_bytes)
             .with_max_bytes(limits.response_bytes_max)
@@ -252,9 +271,14 @@ impl Fetcher {
         }
         for topic in response.responses {
             for data in topic.partitions {
+                // Topics come back by id from v13, by name before.
                 let Some(item) = followed.iter().find(|f| {
-                    f.topic.as_str() == topic.topic.0.as_str()
-                        && f.partition.index == data.partition_index
+                    let same_topic = if topic.topic_id.is_nil() {
+                        f.topic.as_str() == topic.topic.0.as_str()
+                    } else {
+                        f.partition.topic_id == topic.topic_id
+                    };
+                    same_topic && f.partition.index == data.partition_index
                 }) else {
                     continue;
                 };

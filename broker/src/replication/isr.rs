@@ -45,8 +45,14 @@ async fn propose_changes(shard: &Rc<Shard>) {
     let image = shard.image();
     let lag_max_ms = shard.config.replica_fetch.lag_time_max.as_millis() as i64;
     for (topic, partition) in shard.owned_partitions_by_topic() {
-        let Some(change) = partition.isr_change(lag_max_ms, |id| image.live_broker(id).is_some())
-        else {
+        // KIP-903: a replica joins only as the incarnation the metadata registers (a fetch
+        // that named none, from a broker before Fetch v15, is taken at its word).
+        let eligible = |id: i32, epoch: i64| {
+            image
+                .live_broker(id)
+                .is_some_and(|broker| epoch == -1 || broker.epoch == epoch)
+        };
+        let Some(change) = partition.isr_change(lag_max_ms, eligible) else {
             continue;
         };
         tracing::info!(topic, partition = partition.index, isr = ?change.isr, "proposing an ISR");

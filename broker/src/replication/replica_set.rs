@@ -29,6 +29,9 @@ pub struct FollowerPosition {
     pub log_end_offset: i64,
     /// When it last fetched up to the leader's log end, in ms (Kafka's `lastCaughtUpTimeMs`).
     pub last_caught_up_ms: i64,
+    /// The broker epoch (incarnation) its last fetch named (Fetch v15+, KIP-903), -1 when
+    /// not named: a replica may join the ISR only as the incarnation the metadata registers.
+    pub broker_epoch: i64,
     /// The leader's log end and the time at its previous fetch.
     last_fetch_leader_end: i64,
     last_fetch_ms: i64,
@@ -139,11 +142,13 @@ impl ReplicaSet {
         &self.isr
     }
 
-    /// Records a fetch by follower `replica` at `offset` while the leader's log ends at
-    /// `leader_end_offset`. False if `replica` holds no replica of the partition.
+    /// Records a fetch by incarnation `broker_epoch` of follower `replica` at `offset` while
+    /// the leader's log ends at `leader_end_offset`. False if `replica` holds no replica of
+    /// the partition.
     pub fn record_fetch(
         &mut self,
         replica: i32,
+        broker_epoch: i64,
         offset: i64,
         leader_end_offset: i64,
         now_ms: i64,
@@ -151,6 +156,7 @@ impl ReplicaSet {
         let Some(follower) = self.followers.iter_mut().find(|f| f.replica == replica) else {
             return false;
         };
+        follower.broker_epoch = broker_epoch;
         follower.log_end_offset = offset;
         // Kafka's rules: caught up now if it reached the log end; else as of its previous
         // fetch if it reached what the log end was then.
@@ -167,13 +173,14 @@ impl ReplicaSet {
     /// The ISR the leader should propose, if it differs from the committed one and nothing
     /// is pending: without the followers that have not caught up for `lag_max_ms`, with the
     /// replicas outside it that reached `high_watermark` and this leadership's start and
-    /// whose broker `is_live`. The leader stays; replicas keep their order.
+    /// that are `eligible` (a live broker, as the incarnation their fetches named: KIP-903).
+    /// The leader stays; replicas keep their order.
     pub fn wanted_isr(
         &self,
         now_ms: i64,
         lag_max_ms: i64,
         high_watermark: i64,
-        is_live: impl Fn(i32) -> bool,
+        eligible: impl Fn(i32, i64) -> bool,
     ) -> Option<Vec<i32>> {
         if self.pending_isr.is_some() || self.leader != self.node_id {
             return None;
@@ -183,7 +190,7 @@ impl ReplicaSet {
                 now_ms - follower.last_caught_up_ms <= lag_max_ms
             } else {
                 follower.log_end_offset >= high_watermark.max(self.leader_epoch_start_offset)
-                    && is_live(follower.replica)
+                    && eligible(follower.replica, follower.broker_epoch)
             }
         };
         let wanted: Vec<i32> = self
@@ -229,6 +236,19 @@ impl ReplicaSet {
         &self.followers
     }
 
+    /// The broker epoch each member of `isr` last fetched as (-1: unknown, or the leader
+    /// itself, whose own registration the controller knows), for AlterPartition.
+    pub fn broker_epochs(&self, isr: &[i32]) -> Vec<i64> {
+        isr.iter()
+            .map(|id| {
+                self.followers
+                    .iter()
+                    .find(|f| f.replica == *id)
+                    .map_or(-1, |f| f.broker_epoch)
+            })
+            .collect()
+    }
+
     /// A follower's record of the leader's high watermark.
     pub fn learn_leader_high_watermark(&mut self, offset: i64) {
         self.leader_high_watermark = offset;
@@ -271,6 +291,7 @@ impl FollowerPosition {
             replica,
             log_end_offset: -1,
             last_caught_up_ms: now_ms,
+            broker_epoch: -1,
             last_fetch_leader_end: -1,
             last_fetch_ms: -1,
         }
@@ -303,46 +324,46 @@ mod tests {
     fn the_leader_waits_for_every_isr_member_and_takes_their_minimum() {
         let mut set = ReplicaSet::new(&state(&[1, 2, 3], &[1, 2, 3], 1, 0), 1, 0, 0);
         assert_eq!(set.high_watermark(10), None, "no follower fetched yet");
-        assert!(set.record_fetch(2, 7, 10, 100));
+        assert!(set.record_fetch(2, -1, 7, 10, 100));
         assert_eq!(set.high_watermark(10), None, "3 is still unknown");
-        assert!(set.record_fetch(3, 10, 10, 100));
+        assert!(set.record_fetch(3, -1, 10, 10, 100));
         assert_eq!(set.high_watermark(10), Some(7));
-        assert!(set.record_fetch(2, 12, 12, 200));
+        assert!(set.record_fetch(2, -1, 12, 12, 200));
         assert_eq!(set.high_watermark(11), Some(10), "own writes cap it");
-        assert!(!set.record_fetch(4, 5, 12, 200), "4 holds no replica");
+        assert!(!set.record_fetch(4, -1, 5, 12, 200), "4 holds no replica");
     }
 
     #[test]
     fn a_replica_outside_the_isr_does_not_hold_the_high_watermark() {
         let mut set = ReplicaSet::new(&state(&[1, 2, 3], &[1, 2], 1, 0), 1, 0, 0);
-        set.record_fetch(2, 9, 9, 0);
+        set.record_fetch(2, -1, 9, 9, 0);
         assert_eq!(set.high_watermark(9), Some(9));
     }
 
     #[test]
     fn caught_up_time_moves_only_when_the_fetch_reaches_the_log_end() {
         let mut set = ReplicaSet::new(&state(&[1, 2], &[1, 2], 1, 0), 1, 0, 0);
-        set.record_fetch(2, 5, 10, 100);
+        set.record_fetch(2, -1, 5, 10, 100);
         assert_eq!(
             set.followers()[0].last_caught_up_ms,
             0,
             "since the leadership began"
         );
-        set.record_fetch(2, 10, 12, 200);
+        set.record_fetch(2, -1, 10, 12, 200);
         assert_eq!(
             set.followers()[0].last_caught_up_ms,
             100,
             "it reached the end the leader had at its previous fetch"
         );
-        set.record_fetch(2, 12, 12, 300);
+        set.record_fetch(2, -1, 12, 12, 300);
         assert_eq!(set.followers()[0].last_caught_up_ms, 300);
     }
 
     #[test]
     fn a_new_leader_epoch_forgets_positions_and_an_isr_change_keeps_them() {
         let mut set = ReplicaSet::new(&state(&[1, 2, 3], &[1, 2, 3], 1, 0), 1, 0, 0);
-        set.record_fetch(2, 5, 5, 0);
-        set.record_fetch(3, 5, 5, 0);
+        set.record_fetch(2, -1, 5, 5, 0);
+        set.record_fetch(3, -1, 5, 5, 0);
         set.update(&state(&[1, 2, 3], &[1, 2], 1, 0), 0, 5);
         assert_eq!(set.high_watermark(5), Some(5));
         set.update(&state(&[1, 2, 3], &[1, 2], 1, 1), 0, 5);
@@ -351,10 +372,10 @@ mod tests {
 
     #[test]
     fn a_lagging_follower_leaves_and_one_that_caught_up_joins() {
-        let live = |_| true;
+        let live = |_, _| true;
         let mut set = ReplicaSet::new(&state(&[1, 2, 3], &[1, 2, 3], 1, 0), 1, 0, 0);
-        set.record_fetch(2, 10, 10, 1_000);
-        set.record_fetch(3, 4, 10, 1_000);
+        set.record_fetch(2, -1, 10, 10, 1_000);
+        set.record_fetch(3, -1, 4, 10, 1_000);
         assert_eq!(
             set.wanted_isr(1_500, 2_000, 4, live),
             None,
@@ -381,18 +402,21 @@ mod tests {
         set.update(&shrunk, 2_500, 10);
         assert_eq!(set.high_watermark(10), Some(10));
         // 3 catches up with the high watermark: it may join, if its broker is live.
-        set.record_fetch(3, 10, 10, 3_000);
-        assert_eq!(set.wanted_isr(3_000, 2_000, 10, |id| id != 3), None);
+        set.record_fetch(3, -1, 10, 10, 3_000);
+        assert_eq!(set.wanted_isr(3_000, 2_000, 10, |id, _| id != 3), None);
         assert_eq!(set.wanted_isr(3_000, 2_000, 10, live), Some(vec![1, 2, 3]));
     }
 
     #[test]
     fn a_follower_joins_only_past_the_start_of_this_leadership() {
         let mut set = ReplicaSet::new(&state(&[1, 2], &[1], 1, 3), 1, 0, 20);
-        set.record_fetch(2, 15, 20, 100);
-        assert_eq!(set.wanted_isr(100, 1_000, 15, |_| true), None);
-        set.record_fetch(2, 20, 20, 200);
-        assert_eq!(set.wanted_isr(200, 1_000, 20, |_| true), Some(vec![1, 2]));
+        set.record_fetch(2, -1, 15, 20, 100);
+        assert_eq!(set.wanted_isr(100, 1_000, 15, |_, _| true), None);
+        set.record_fetch(2, -1, 20, 20, 200);
+        assert_eq!(
+            set.wanted_isr(200, 1_000, 20, |_, _| true),
+            Some(vec![1, 2])
+        );
     }
 
     #[test]
@@ -402,5 +426,17 @@ mod tests {
         set.learn_leader_high_watermark(8);
         assert_eq!(set.high_watermark(3), Some(3));
         assert_eq!(set.high_watermark(9), Some(8));
+    }
+
+    #[test]
+    fn only_the_registered_incarnation_of_a_replica_may_join() {
+        let mut set = ReplicaSet::new(&state(&[1, 2], &[1], 1, 0), 1, 0, 0);
+        // Broker 2 is registered at epoch 7; a fetch of its epoch-6 incarnation is stale.
+        let registered = |id: i32, epoch: i64| id == 2 && (epoch == -1 || epoch == 7);
+        set.record_fetch(2, 6, 10, 10, 100);
+        assert_eq!(set.wanted_isr(100, 1_000, 10, registered), None);
+        set.record_fetch(2, 7, 10, 10, 200);
+        assert_eq!(set.wanted_isr(200, 1_000, 10, registered), Some(vec![1, 2]));
+        assert_eq!(set.broker_epochs(&[1, 2]), vec![-1, 7]);
     }
 }

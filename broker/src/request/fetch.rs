@@ -37,7 +37,7 @@ use shard::Notify;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
-    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -67,6 +67,8 @@ struct Part {
     last_fetched_epoch: i32,
     /// The follower's broker id, -1 for a consumer.
     replica_id: i32,
+    /// The follower's broker epoch (v15+, KIP-903), -1 when not sent.
+    replica_epoch: i64,
     version: i16,
 }
 
@@ -83,20 +85,36 @@ pub async fn handle(
         return Reply::Respond(Box::new(ResponseKind::Fetch(refused)));
     }
     let read_committed = request.isolation_level == 1;
-    let replica_id = request.replica_id.0.max(-1);
+    // From v15 a follower names itself and its incarnation in `replica_state` (KIP-903).
+    let (replica_id, replica_epoch) = if version >= 15 {
+        let state = &request.replica_state;
+        (state.replica_id.0.max(-1), state.replica_epoch)
+    } else {
+        (request.replica_id.0.max(-1), -1)
+    };
+    // From v13 topics are named by id (KIP-516).
+    let image = (version >= 13).then(|| shard.image());
     let mut response = FetchResponse::default().with_session_id(0);
     let mut parts_by_owner: Vec<Vec<Part>> = (0..shard.router.shard_count())
         .map(|_| Vec::new())
         .collect();
     for (topic_index, topic) in request.topics.into_iter().enumerate() {
-        let name = topic.topic.to_string();
+        let name = match &image {
+            Some(image) => image.topic_by_id(&topic.topic_id).map(|t| t.name.clone()),
+            None => Some(topic.topic.to_string()),
+        };
+        let unknown = if name.is_some() {
+            ResponseError::UnknownTopicOrPartition
+        } else {
+            ResponseError::UnknownTopicId
+        };
+        let name = name.unwrap_or_default();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for (partition_index, wanted) in topic.partitions.into_iter().enumerate() {
             partitions.push(
-                empty_partition(wanted.partition, read_committed)
-                    .with_error_code(code(ResponseError::UnknownTopicOrPartition)),
+                empty_partition(wanted.partition, read_committed).with_error_code(code(unknown)),
             );
-            if wanted.partition < 0 {
+            if wanted.partition < 0 || unknown == ResponseError::UnknownTopicId {
                 continue;
             }
             parts_by_owner[shard.owner(&name, wanted.partition)].push(Part {
@@ -116,12 +134,14 @@ pub async fn handle(
                     -1
                 },
                 replica_id,
+                replica_epoch,
                 version,
             });
         }
         response.responses.push(
             FetchableTopicResponse::default()
                 .with_topic(TopicName(StrBytes::from_string(name)))
+                .with_topic_id(topic.topic_id)
                 .with_partitions(partitions),
         );
     }
@@ -152,6 +172,9 @@ pub async fn handle(
         woken = true;
     };
     trim_to(&mut response, request.max_bytes.max(0) as usize);
+    if version >= 16 {
+        response.node_endpoints = leader_endpoints(shard, &response);
+    }
     if version < 5 {
         // log_start_offset exists from v5 on; the codec refuses it in older versions.
         for partition in response
@@ -346,7 +369,13 @@ async fn read_part(
     }
     let follower = part.replica_id >= 0;
     if follower && part.offset <= partition.log.log_end_offset() {
-        if !partition.record_follower_fetch(part.replica_id, part.offset, now_ms()) {
+        let fetched = partition.record_follower_fetch(
+            part.replica_id,
+            part.replica_epoch,
+            part.offset,
+            now_ms(),
+        );
+        if !fetched {
             data.error_code = code(ResponseError::NotLeaderOrFollower);
             return (part.slot, data);
         }
@@ -392,6 +421,28 @@ async fn read_part(
         Err(error) => data.error_code = errors::read_error(&error),
     }
     (part.slot, data)
+}
+
+/// The endpoints of the leaders that partitions refused as not led here name (v16,
+/// KIP-951), so that a client goes straight to them.
+fn leader_endpoints(shard: &Shard, response: &FetchResponse) -> Vec<NodeEndpoint> {
+    let leaders: Vec<i32> = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter(|p| p.error_code != NONE)
+        .map(|p| p.current_leader.leader_id.0)
+        .collect();
+    super::leader_endpoints(shard, leaders)
+        .into_iter()
+        .map(|leader| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(leader.node_id))
+                .with_host(StrBytes::from_string(leader.host))
+                .with_port(leader.port)
+                .with_rack(leader.rack.map(StrBytes::from_string))
+        })
+        .collect()
 }
 
 /// Kafka's check of a fetch's `last_fetched_epoch` against the leader's log: the epoch and

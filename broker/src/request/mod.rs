@@ -48,7 +48,7 @@ use crate::shard_state::Shard;
 pub fn supported_apis() -> SupportedApis {
     SupportedApis::new(&[
         (ApiKey::Produce, 3, 11),
-        (ApiKey::Fetch, 4, 12),
+        (ApiKey::Fetch, 4, 16),
         (ApiKey::ListOffsets, 1, 10),
         (ApiKey::Metadata, 0, 12),
         (ApiKey::ApiVersions, 0, 4),
@@ -177,6 +177,40 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
             Reply::Close
         }
     }
+}
+
+/// A live leader's address, for the node endpoints of Produce v10+ and Fetch v16+ answers
+/// (KIP-951).
+pub(crate) struct LeaderEndpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// The endpoints of `leaders` (each once, by id) that are live brokers; no image is taken
+/// for none, the common answer (the image's `Arc` is shared by every shard).
+pub(crate) fn leader_endpoints(shard: &Shard, mut leaders: Vec<i32>) -> Vec<LeaderEndpoint> {
+    leaders.retain(|&id| id >= 0);
+    if leaders.is_empty() {
+        return Vec::new();
+    }
+    leaders.sort_unstable();
+    leaders.dedup();
+    let image = shard.image();
+    leaders
+        .into_iter()
+        .filter_map(|id| {
+            let broker = image.live_broker(id)?;
+            let endpoint = broker.endpoint()?;
+            Some(LeaderEndpoint {
+                node_id: id,
+                host: endpoint.host.clone(),
+                port: endpoint.port.into(),
+                rack: broker.rack.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Current wall-clock time in Kafka's unit.

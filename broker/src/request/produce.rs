@@ -165,32 +165,21 @@ fn finish(mut response: ProduceResponse, acks: i16, invalid_acks: bool, version:
 
 /// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951).
 fn leader_endpoints(shard: &Shard, response: &ProduceResponse) -> Vec<NodeEndpoint> {
-    let mut leaders: Vec<i32> = response
+    let leaders: Vec<i32> = response
         .responses
         .iter()
         .flat_map(|topic| &topic.partition_responses)
         .filter(|p| p.error_code == code(ResponseError::NotLeaderOrFollower))
         .map(|p| p.current_leader.leader_id.0)
         .collect();
-    if leaders.is_empty() {
-        // The common answer: no image is taken (its `Arc` is shared by every shard).
-        return Vec::new();
-    }
-    leaders.sort_unstable();
-    leaders.dedup();
-    let image = shard.image();
-    leaders
+    super::leader_endpoints(shard, leaders)
         .into_iter()
-        .filter_map(|id| {
-            let broker = image.live_broker(id)?;
-            let endpoint = broker.endpoint()?;
-            Some(
-                NodeEndpoint::default()
-                    .with_node_id(BrokerId(id))
-                    .with_host(StrBytes::from_string(endpoint.host.clone()))
-                    .with_port(endpoint.port.into())
-                    .with_rack(broker.rack.clone().map(StrBytes::from_string)),
-            )
+        .map(|leader| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(leader.node_id))
+                .with_host(StrBytes::from_string(leader.host))
+                .with_port(leader.port)
+                .with_rack(leader.rack.map(StrBytes::from_string))
         })
         .collect()
 }
