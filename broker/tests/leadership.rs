@@ -12,6 +12,8 @@
 //!   `ringlog partition reassign`): new replicas catch up, the old ones leave and delete
 //!   their copies; a move that cannot complete is listed and can be cancelled; Kafka's errors
 //!   for what cannot be done.
+//! - Replicas of a new topic span the racks brokers name (`broker.rack`), and Metadata
+//!   names each broker's rack.
 //!
 //! Method: real processes (`common::cluster`), Kafka requests through the test client and
 //! the `ringlog` binary; every wait is bounded.
@@ -496,4 +498,47 @@ fn replicas_move_to_other_brokers_with_their_data() {
     let mut all = expected;
     all.push(Bytes::from("after-move"));
     wait_for(|| (read_values(&mut cluster.client(3), topic, 0) == all).then_some(()));
+}
+
+#[test]
+fn replicas_are_placed_across_racks() {
+    // Brokers 1 and 2 share a rack; every partition of two replicas has one in each rack.
+    let cluster = Cluster::start_in_racks(["east", "east", "west"], SETTINGS);
+    let controller = cluster.controller();
+    let answer = metadata(&mut cluster.client(controller), &[]);
+    let racks: BTreeMap<i32, String> = answer
+        .brokers
+        .iter()
+        .map(|b| {
+            (
+                b.node_id.0,
+                b.rack.as_ref().map(|r| r.to_string()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let expected: BTreeMap<i32, String> = [(1, "east"), (2, "east"), (3, "west")]
+        .into_iter()
+        .map(|(id, rack)| (id, rack.to_string()))
+        .collect();
+    assert_eq!(racks, expected);
+    let request = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name("racked"))
+            .with_num_partitions(8)
+            .with_replication_factor(2)]);
+    let ResponseKind::CreateTopics(created) = cluster
+        .client(controller)
+        .call(7, RequestKind::CreateTopics(request))
+    else {
+        unreachable!()
+    };
+    assert_eq!(created.topics[0].error_code, 0);
+    let placed = partitions(&cluster, controller, "racked");
+    assert_eq!(placed.len(), 8);
+    for (partition, (_, replicas, _)) in placed {
+        let spanned: std::collections::BTreeSet<&str> =
+            replicas.iter().map(|id| racks[id].as_str()).collect();
+        assert_eq!(spanned.len(), 2, "partition {partition} on {replicas:?}");
+    }
 }

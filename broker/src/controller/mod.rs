@@ -19,6 +19,7 @@
 mod cluster;
 mod elect;
 mod partitions;
+mod placement;
 mod reassign;
 mod validate;
 
@@ -608,18 +609,22 @@ impl Controller {
     }
 
     /// Replicas for partitions `indexes`: `replication_factor` live brokers each, striped so
-    /// that leaders (the first replica) spread over the brokers, from a start `seed` picks.
+    /// that leaders (the first replica) spread over the brokers, across racks when brokers
+    /// name theirs (`placement.rs`), from a start `seed` picks.
     fn place(
         &self,
         indexes: std::ops::Range<i32>,
         replication_factor: i16,
         seed: &Uuid,
     ) -> Result<Vec<Vec<i32>>, Refusal> {
-        let brokers: Vec<i32> = self
+        let brokers: Vec<placement::Candidate> = self
             .proposed
             .borrow()
             .live_brokers()
-            .map(|b| b.id)
+            .map(|b| placement::Candidate {
+                id: b.id,
+                rack: b.rack.clone(),
+            })
             .collect();
         if replication_factor <= 0 {
             return Err(Refusal::new(
@@ -639,13 +644,7 @@ impl Controller {
             ));
         }
         let start = (seed.as_u128() % brokers.len() as u128) as usize;
-        Ok(indexes
-            .map(|index| {
-                (0..factor)
-                    .map(|i| brokers[(start + index as usize + i) % brokers.len()])
-                    .collect()
-            })
-            .collect())
+        Ok(placement::place(&brokers, indexes, factor, start))
     }
 
     /// Kafka's checks of a manual assignment: registered brokers, none twice in a

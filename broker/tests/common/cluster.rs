@@ -23,6 +23,8 @@ pub struct Cluster {
     voters: String,
     /// Extra settings every node starts with.
     extra: Vec<String>,
+    /// `broker.rack` of the nodes that have one.
+    racks: BTreeMap<i32, String>,
     pub nodes: BTreeMap<i32, Node>,
     /// Dropped last: a node that fails shows its log from there.
     _tmp: tempfile::TempDir,
@@ -46,8 +48,26 @@ impl Cluster {
         Cluster::start_on(hosts, extra)
     }
 
+    /// As [`Cluster::start_with`], node `id` in rack `racks[id - 1]`.
+    pub fn start_in_racks(racks: [&str; 3], extra: &[&str]) -> Cluster {
+        let hosts = (1..=3).map(|id| (id, Host::Loopback)).collect();
+        let racks = (1..=3)
+            .zip(racks)
+            .map(|(id, r)| (id, r.to_string()))
+            .collect();
+        Cluster::start_configured(hosts, racks, extra)
+    }
+
     /// As [`Cluster::start_with`], node `id` on `hosts[id]` (ids 1 to 3).
     pub fn start_on(hosts: BTreeMap<i32, Host>, extra: &[&str]) -> Cluster {
+        Cluster::start_configured(hosts, BTreeMap::new(), extra)
+    }
+
+    fn start_configured(
+        hosts: BTreeMap<i32, Host>,
+        racks: BTreeMap<i32, String>,
+        extra: &[&str],
+    ) -> Cluster {
         assert_eq!(hosts.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
         let tmp = tempfile::tempdir().expect("tmp");
         let voters = hosts
@@ -82,6 +102,7 @@ impl Cluster {
             hosts,
             voters,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            racks,
             nodes: BTreeMap::new(),
         };
         let started: Vec<(i32, Node)> = std::thread::scope(|scope| {
@@ -111,6 +132,11 @@ impl Cluster {
             // catches up from one.
             "metadata.log.max.record.bytes.between.snapshots=2048".into(),
         ];
+        settings.extend(
+            self.racks
+                .get(&id)
+                .map(|rack| format!("broker.rack={rack}")),
+        );
         settings.extend(self.extra.iter().cloned());
         settings
     }
