@@ -54,6 +54,8 @@ enum Command {
     /// Elect leaders and move replicas (like kafka-leader-election and
     /// kafka-reassign-partitions).
     Partition(broker::cli::partition::PartitionArgs),
+    /// Describe and change topic and broker settings at run time (like kafka-configs).
+    Config(broker::cli::config::ConfigArgs),
     /// Produce lines from stdin as records (like kafka-console-producer).
     Produce(broker::cli::produce::ProduceArgs),
     /// Print records of a topic (like kafka-console-consumer).
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         }
         Command::Cluster(args) => broker::cli::cluster::run(args, &mut std::io::stdout().lock()),
         Command::Topic(args) => broker::cli::topic::run(args, &mut std::io::stdout().lock()),
+        Command::Config(args) => broker::cli::config::run(args, &mut std::io::stdout().lock()),
         Command::Partition(args) => {
             broker::cli::partition::run(args, &mut std::io::stdout().lock())
         }

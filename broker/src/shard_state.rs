@@ -158,16 +158,19 @@ impl Shard {
         let node = self.config.node_id;
         // Logs this node no longer holds: topics that vanished or were re-created under a
         // new id, and replicas moved to other brokers. Logs it keeps take their partition's
-        // leadership, and their topic's settings if they changed (IncrementalAlterConfigs).
+        // leadership, and their topic's settings if they or the dynamic broker defaults
+        // changed (IncrementalAlterConfigs).
         // Offsets partitions whose leadership came here (true) or went away (false).
         let mut coordination: Vec<(Rc<Partition>, bool)> = Vec::new();
+        // Dynamic broker configs are the defaults of every topic's settings.
+        let defaults_changed = image.broker_configs != previous.broker_configs;
         let gone: Vec<Rc<Partition>> = {
             let mut partitions = self.partitions.borrow_mut();
             let mut gone = Vec::new();
             partitions.retain(|name, slots| {
                 let topic = image.topic(name);
-                let settings_changed =
-                    topic.map(|t| &t.configs) != previous.topic(name).map(|t| &t.configs);
+                let settings_changed = defaults_changed
+                    || topic.map(|t| &t.configs) != previous.topic(name).map(|t| &t.configs);
                 let wanted = topic.filter(|_| settings_changed).map(|t| {
                     (
                         self.log_config(t),
@@ -295,20 +298,19 @@ impl Shard {
         leaders
     }
 
-    /// A topic-level setting: the topic's own value, else the broker's default for it.
-    pub fn topic_setting<'a>(&'a self, topic: &'a TopicMeta, key: &str) -> Option<&'a str> {
-        topic
-            .configs
-            .get(key)
-            .or_else(|| self.config.topic_defaults.get(key))
-            .map(String::as_str)
+    /// A topic-level setting as it applies on this node: the topic's own value, else this
+    /// broker's or the cluster's dynamic default, else the static one
+    /// (`config::dynamic::topic_setting`).
+    pub fn topic_setting(&self, topic: &TopicMeta, key: &str) -> Option<String> {
+        let image = self.image.borrow();
+        crate::config::dynamic::topic_setting(&self.config, &image, self.config.node_id, topic, key)
     }
 
     /// Whether `topic`'s `cleanup.policy` (its own, else the broker's default) includes
     /// `policy` (`delete` or `compact`).
     pub fn cleans_by(&self, topic: &TopicMeta, policy: &str) -> bool {
         self.topic_setting(topic, "cleanup.policy")
-            .unwrap_or("delete")
+            .unwrap_or_else(|| "delete".into())
             .split(',')
             .any(|p| p.trim() == policy)
     }

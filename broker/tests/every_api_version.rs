@@ -347,6 +347,25 @@ fn every_announced_version_answers() {
         );
         assert!(answer.topics.is_empty(), "no move in progress");
     }
+    for version in range(ApiKey::AlterConfigs) {
+        use kafka_protocol::messages::alter_configs_request::{
+            AlterConfigsResource, AlterableConfig,
+        };
+        let value = format!("{}", 1000 + version);
+        let request =
+            AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("auto"))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_value(Some(StrBytes::from_string(value)))])]);
+        let ResponseKind::AlterConfigs(answer) =
+            client.call(version, RequestKind::AlterConfigs(request))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.responses[0].error_code, 0, "AlterConfigs v{version}");
+    }
     for version in range(ApiKey::DescribeLogDirs) {
         let request = DescribeLogDirsRequest::default().with_topics(None);
         let ResponseKind::DescribeLogDirs(answer) =

@@ -20,10 +20,9 @@ use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeQuorumRequest, InitProducerIdRequest,
+    DescribeClusterRequest, DescribeQuorumRequest, InitProducerIdRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -31,8 +30,6 @@ use crate::cluster::{topic_name, Cluster, PartitionLeader};
 use crate::connection::Connection;
 use crate::error::{check, code_of, codes};
 
-/// DescribeConfigs resource type of a topic.
-const RESOURCE_TOPIC: i8 = 2;
 /// DescribeConfigs config source of a per-topic override.
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 /// How long the broker may take over a topic change before answering.
@@ -158,35 +155,16 @@ pub async fn overridden_configs(
     cluster: &mut Cluster,
     name: &str,
 ) -> Result<Vec<(String, String)>> {
-    let connection = cluster.any();
-    let version = connection.version::<DescribeConfigsRequest>()?;
-    let request =
-        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-            .with_resource_type(RESOURCE_TOPIC)
-            .with_resource_name(StrBytes::from_string(name.to_string()))]);
-    let response = connection.call_at(version, &request).await?;
-    let result = response
-        .results
-        .first()
-        .ok_or_else(|| anyhow!("DescribeConfigs answered for no resource"))?;
-    check(result.error_code, result.error_message.as_ref(), || {
-        format!("describe configs of topic {name}")
-    })?;
-    let mut configs: Vec<(String, String)> = result
-        .configs
-        .iter()
-        .filter(|c| c.config_source == SOURCE_DYNAMIC_TOPIC)
-        .map(|c| {
-            let value = match (&c.value, c.is_sensitive) {
-                (_, true) => "(sensitive)".to_string(),
-                (Some(value), false) => value.to_string(),
-                (None, false) => "null".to_string(),
-            };
-            (c.name.to_string(), value)
+    let resource = crate::configs::Resource::Topic(name.to_string());
+    let entries = crate::configs::describe(cluster, &resource).await?;
+    Ok(entries
+        .into_iter()
+        .filter(|entry| entry.source == SOURCE_DYNAMIC_TOPIC)
+        .map(|entry| {
+            let value = entry.value.unwrap_or_else(|| "(sensitive)".to_string());
+            (entry.name, value)
         })
-        .collect();
-    configs.sort();
-    Ok(configs)
+        .collect())
 }
 
 /// The leaders of `name`, creating it as `topic` says when it is missing (another client

@@ -176,6 +176,7 @@ pub fn api_key_of(request: &RequestKind) -> Result<ApiKey> {
         RequestKind::AlterPartitionReassignments(_) => ApiKey::AlterPartitionReassignments,
         RequestKind::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
         RequestKind::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
+        RequestKind::AlterConfigs(_) => ApiKey::AlterConfigs,
         other => bail!("this client does not frame {other:?}"),
     })
 }

@@ -5,7 +5,7 @@
 //! Layout: [`versions`] (the one table of versions this client builds, and negotiation),
 //! [`frame`] (framing and decoding, sans I/O), [`error`] (Kafka's error names and codes),
 //! [`connection`] (one broker, glommio), [`cluster`] (bootstrap, metadata, one connection
-//! per broker, coordinator lookup), [`admin`], [`partitions`] (leader elections and replica moves), [`offsets`], [`fetch`], [`member`] (the
+//! per broker, coordinator lookup), [`admin`], [`configs`] (settings at run time), [`partitions`] (leader elections and replica moves), [`offsets`], [`fetch`], [`member`] (the
 //! consumer-group member), [`consumer_protocol`] (its bytes and the range assignor) and
 //! [`kafka_uuid`] (Kafka's text form of ids).
 //!
@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod blocking;
 pub mod cluster;
+pub mod configs;
 pub mod connection;
 pub mod consumer_protocol;
 pub mod error;

@@ -234,6 +234,38 @@ def test_describe_configs_for_topic_and_broker(broker):
         "broker config must report the value given with --set")
 
 
+def test_broker_settings_change_at_run_time_and_survive_a_restart(broker):
+    """incremental_alter_configs on the broker itself (librdkafka does not name the
+    cluster-wide resource ""; kafka-configs does, in test_kafka_tools.py): topics without a
+    value of their own inherit it, DescribeConfigs names the level it comes from, a read-only
+    broker setting is refused, and a restart keeps it."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigSource
+    topic = unique_topic("inherit")
+    create_topic(broker.bootstrap, topic, 1)
+    a = admin(broker.bootstrap)
+    node = str(list(a.list_topics(timeout=10).brokers)[0])
+
+    def alter(name, key, value):
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        res = ConfigResource(ResourceType.BROKER, name, incremental_configs=[entry])
+        return a.incremental_alter_configs([res])[res]
+
+    def inherited(client):
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        entry = client.describe_configs([res])[res].result(30)["retention.bytes"]
+        return entry.value, entry.source
+
+    assert inherited(a) == ("-1", ConfigSource.DEFAULT_CONFIG.value)
+    alter(node, "log.retention.bytes", "987654321").result(30)
+    assert inherited(a) == ("987654321", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    with pytest.raises(KafkaException) as refused:
+        alter(node, "log.retention.hours", "1").result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST, refused.value
+    broker.restart()
+    after = admin(broker.bootstrap)
+    assert inherited(after) == ("987654321", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+
 def test_describe_cluster_names_this_node(broker):
     a = admin(broker.bootstrap)  # keep the client alive until its future resolves
     desc = a.describe_cluster(request_timeout=10).result(30)

@@ -129,6 +129,26 @@ def test_kafka_configs_alter_sets_and_deletes_topic_settings(broker):
     assert "Invalid value soon for configuration retention.ms" in refused.stdout + refused.stderr
 
 
+def test_kafka_configs_alter_the_cluster_wide_broker_defaults(broker):
+    topic = unique_topic("defaults")
+    create_topic(broker.bootstrap, topic, 1)
+
+    def configs(*args, **kwargs):
+        return kj.tool(kj.CONFIGS, "--bootstrap-server", broker.bootstrap, *args, **kwargs)
+
+    configs("--alter", "--entity-type", "brokers", "--entity-default",
+            "--add-config", "log.retention.ms=3600000")
+    out = configs("--describe", "--entity-type", "brokers", "--entity-default").stdout
+    assert "log.retention.ms=3600000" in out, out
+    out = configs("--describe", "--all", "--entity-type", "topics", "--entity-name", topic).stdout
+    assert re.search(r"retention\.ms=3600000 sensitive=false synonyms=\{"
+                     r"DYNAMIC_DEFAULT_BROKER_CONFIG:log\.retention\.ms=3600000", out), out
+    refused = configs("--alter", "--entity-type", "brokers", "--entity-name", "1",
+                      "--add-config", "log.retention.hours=1", check=False)
+    assert refused.returncode != 0
+    assert "Cannot update these configs dynamically" in refused.stdout + refused.stderr
+
+
 def test_kafka_delete_records_moves_the_low_watermark(broker, tmp_path):
     topic = unique_topic("trim")
     create_topic(broker.bootstrap, topic, 1)

@@ -1,9 +1,9 @@
-//! The command-line tools: `ringlog topic`, `partition`, `produce`, `consume`, `group` and
-//! `cluster`, Kafka's kafka-topics, kafka-leader-election and kafka-reassign-partitions,
-//! kafka-console-producer, kafka-console-consumer, kafka-consumer-groups and kafka-cluster
-//! in one binary. They speak only the Kafka protocol, through the `client` crate's blocking
-//! wrapper ([`client::blocking`]), so they work against any Kafka-compatible broker, Apache
-//! Kafka included.
+//! The command-line tools: `ringlog topic`, `partition`, `config`, `produce`, `consume`,
+//! `group` and `cluster`, Kafka's kafka-topics, kafka-leader-election and
+//! kafka-reassign-partitions, kafka-configs, kafka-console-producer, kafka-console-consumer,
+//! kafka-consumer-groups and kafka-cluster in one binary. They speak only the Kafka protocol,
+//! through the `client` crate's blocking wrapper ([`client::blocking`]), so they work
+//! against any Kafka-compatible broker, Apache Kafka included.
 //!
 //! Invariants:
 //! - Each command writes its results to the given output and returns an error instead of
@@ -12,6 +12,7 @@
 //! - No command keeps state between runs; positions live in the broker (committed offsets).
 
 pub mod cluster;
+pub mod config;
 pub mod consume;
 pub mod format;
 pub mod group;

@@ -6,7 +6,7 @@
 //! between limits are checked here (a message must fit in a request, a request in the
 //! shard's request budget).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
@@ -16,6 +16,7 @@ use std::time::Duration;
 use storage::IoMode;
 use thiserror::Error;
 
+pub mod dynamic;
 mod groups;
 mod replica;
 mod settings;
@@ -154,6 +155,9 @@ pub struct BrokerConfig {
     /// `leader.imbalance.check.interval.seconds` (default 300): how often the active
     /// controller gives leadership back to the preferred replicas, `None` when it does not.
     pub leader_balance_interval: Option<Duration>,
+    /// The keys the properties file and `--set` gave: a setting not among them has Kafka's
+    /// default (DescribeConfigs tells the two apart).
+    pub given_keys: BTreeSet<String>,
 }
 
 /// What an answer adds around its records: headers and per-partition fields, generously.
@@ -265,6 +269,16 @@ const BROKER_KEYS: &[&str] = &[
     "leader.imbalance.check.interval.seconds",
 ];
 
+/// Whether `key` is a broker setting this node knows (static or dynamic).
+pub fn is_broker_key(key: &str) -> bool {
+    [BROKER_KEYS, replica::KEYS, groups::KEYS]
+        .iter()
+        .any(|keys| keys.contains(&key))
+        || TOPIC_CONFIGS
+            .iter()
+            .any(|(_, broker_key, _)| *broker_key == key)
+}
+
 impl BrokerConfig {
     /// Reads `file` (if any), applies `overrides` in order, and validates.
     pub fn load(file: Option<&Path>, overrides: &[String]) -> Result<BrokerConfig, ConfigError> {
@@ -283,16 +297,8 @@ impl BrokerConfig {
     }
 
     pub fn from_map(raw: &BTreeMap<String, String>) -> Result<BrokerConfig, ConfigError> {
-        for key in raw.keys() {
-            let known = [BROKER_KEYS, replica::KEYS, groups::KEYS]
-                .iter()
-                .any(|keys| keys.contains(&key.as_str()))
-                || TOPIC_CONFIGS
-                    .iter()
-                    .any(|(_, broker_key, _)| broker_key == key);
-            if !known {
-                return Err(ConfigError::UnknownKey(key.clone()));
-            }
+        if let Some(unknown) = raw.keys().find(|key| !is_broker_key(key)) {
+            return Err(ConfigError::UnknownKey(unknown.clone()));
         }
         let settings = Settings::new(raw);
         let get = |key: &str| settings.get(key);
@@ -484,6 +490,7 @@ impl BrokerConfig {
                 .transpose()?
                 .map(Duration::from_secs),
             groups: GroupConfig::read(&settings, in_cluster)?,
+            given_keys: raw.keys().cloned().collect(),
         };
         if config.message_bytes_max > config.request_bytes_max {
             return Err(ConfigError::Value {
@@ -503,6 +510,19 @@ impl BrokerConfig {
             });
         }
         Ok(config)
+    }
+
+    /// Whether the static configuration gave `key`, itself or by a coarser synonym
+    /// (`log.retention.hours` for `log.retention.ms`, `log.roll.hours` for `log.roll.ms`).
+    pub fn given(&self, key: &str) -> bool {
+        let synonyms: &[&str] = match key {
+            "log.retention.ms" => &["log.retention.minutes", "log.retention.hours"],
+            "log.roll.ms" => &["log.roll.hours"],
+            _ => &[],
+        };
+        std::iter::once(&key)
+            .chain(synonyms)
+            .any(|k| self.given_keys.contains(*k))
     }
 
     /// Every broker setting and its value, for DescribeConfigs on the broker resource.

@@ -92,9 +92,16 @@ pub enum ForwardedRequest {
         #[serde(default)]
         broker_epochs: Vec<i64>,
     },
-    /// A client's IncrementalAlterConfigs, for one topic: `Some` sets, `None` removes.
+    /// A client's IncrementalAlterConfigs or AlterConfigs, for one topic: `Some` sets,
+    /// `None` removes.
     AlterTopicConfigs {
         name: String,
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    },
+    /// The same for dynamic broker settings: `resource` a broker id, or "" cluster-wide.
+    AlterBrokerConfigs {
+        resource: String,
         changes: Vec<(String, Option<String>)>,
         validate_only: bool,
     },
@@ -120,6 +127,7 @@ impl ForwardedRequest {
                 | Self::DeleteTopic { .. }
                 | Self::CreatePartitions { .. }
                 | Self::AlterTopicConfigs { .. }
+                | Self::AlterBrokerConfigs { .. }
                 | Self::ElectLeaders { .. }
                 | Self::AlterReassignments { .. }
         )
@@ -336,6 +344,13 @@ impl Controller {
                 changes,
                 validate_only,
             } => Controller::alter_topic_configs(running()?, &name, changes, validate_only)
+                .await
+                .map(|()| 0),
+            ForwardedRequest::AlterBrokerConfigs {
+                resource,
+                changes,
+                validate_only,
+            } => Controller::alter_broker_configs(running()?, &resource, changes, validate_only)
                 .await
                 .map(|()| 0),
             ForwardedRequest::ElectLeaders {

@@ -17,6 +17,7 @@
 //! other node applies what the log commits, and forwards its own broker registration.
 
 mod cluster;
+mod configs;
 mod elect;
 mod partitions;
 mod placement;
@@ -42,8 +43,8 @@ use crate::config::BrokerConfig;
 use crate::errors::code;
 use crate::metadata::image::{partition_record, topic_records};
 use crate::metadata::records::{
-    BrokerEndpoint, BrokerRegistrationChangeRecord, ConfigRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, RemoveTopicRecord, CONFIG_RESOURCE_TOPIC, SECURITY_PROTOCOL_PLAINTEXT,
+    BrokerEndpoint, BrokerRegistrationChangeRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    RemoveTopicRecord, SECURITY_PROTOCOL_PLAINTEXT,
 };
 use crate::metadata::{
     MetadataImage, MetadataRecord, MetadataStore, PartitionState, StoreError, TopicMeta, NO_LEADER,
@@ -487,63 +488,6 @@ impl Controller {
             .collect();
         controller.commit(records).await?;
         Controller::publish(shard, Some(id)).await
-    }
-
-    /// Sets (`Some`) or removes (`None`) topic-level settings of `name`, all or none, each
-    /// checked as at creation; with `validate_only` nothing changes. Open logs take them
-    /// when the new image is installed.
-    async fn alter_topic_configs(
-        shard: &Rc<Shard>,
-        name: &str,
-        changes: Vec<(String, Option<String>)>,
-        validate_only: bool,
-    ) -> Result<(), Refusal> {
-        let controller = Self::of(shard);
-        let Some(current) = controller
-            .proposed
-            .borrow()
-            .topic(name)
-            .map(|topic| topic.configs.clone())
-        else {
-            return Err(Refusal::new(
-                ResponseError::UnknownTopicOrPartition,
-                format!("The topic '{name}' does not exist."),
-            ));
-        };
-        let mut records = Vec::new();
-        for (key, value) in changes {
-            match &value {
-                Some(value) => validate_topic_config(&key, value)?,
-                None => {
-                    // Removing an override of a known key that was never set is no change.
-                    validate_topic_config_name(&key)?;
-                    if !current.contains_key(&key) {
-                        continue;
-                    }
-                }
-            }
-            if current.get(&key) == value.as_ref() {
-                continue;
-            }
-            records.push(MetadataRecord::Config(ConfigRecord {
-                resource_type: CONFIG_RESOURCE_TOPIC,
-                resource_name: name.to_string(),
-                name: key,
-                value,
-            }));
-        }
-        if validate_only || records.is_empty() {
-            return Ok(());
-        }
-        let id = controller.proposed.borrow().topic(name).map(|t| t.id);
-        controller.commit(records).await?;
-        Controller::publish(shard, id).await?;
-        // `unclean.leader.election.enable` turned on elects leaders for offline partitions
-        // at once, as Kafka's controller does (KIP-704).
-        match id {
-            Some(id) => Controller::elect_leaderless(shard, id).await,
-            None => Ok(()),
-        }
     }
 
     /// Hands broker `broker_id` the next block of producer ids (Kafka's AllocateProducerIds):

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::elect::{elect, has_preferred_leader, Election};
 use super::{reassign, Controller, Refusal};
+use crate::config::dynamic::CLUSTER_DEFAULT;
 use crate::metadata::records::PartitionChangeRecord;
 use crate::metadata::{MetadataImage, MetadataRecord, PartitionState, TopicMeta, NO_LEADER};
 use crate::shard_state::Shard;
@@ -83,12 +84,21 @@ pub(super) fn elected(
 
 impl Controller {
     /// Whether `topic` allows an out-of-sync replica to lead when no in-sync one can
-    /// (`unclean.leader.election.enable`, the topic's or the broker default).
+    /// (`unclean.leader.election.enable`: the topic's, else the cluster-wide dynamic
+    /// default, else the static one, as KRaft's controller resolves it).
     pub(super) fn allows_unclean(&self, topic: &TopicMeta) -> bool {
-        topic
-            .configs
-            .get("unclean.leader.election.enable")
-            .map_or(self.unclean_default.get(), |value| value == "true")
+        const KEY: &str = "unclean.leader.election.enable";
+        let cluster_default = self
+            .proposed
+            .borrow()
+            .broker_configs
+            .get(CLUSTER_DEFAULT)
+            .and_then(|configs| configs.get(KEY))
+            .map(|value| value == "true");
+        match topic.configs.get(KEY) {
+            Some(value) => value == "true",
+            None => cluster_default.unwrap_or(self.unclean_default.get()),
+        }
     }
 
     /// The election a partition of `topic` gets when its leader is lost.

@@ -56,13 +56,14 @@ pub async fn handle(shard: &Rc<Shard>, request: CreateTopicsRequest, version: i1
                     result.topic_id = meta.id;
                 }
                 if version >= 5 {
-                    let configs = topic_settings(&shard.config, &meta.configs)
-                        .into_iter()
+                    let configs = topic_settings(shard, &meta)
+                        .iter()
                         .map(|setting| {
+                            let effective = setting.effective();
                             CreatableTopicConfigs::default()
-                                .with_name(StrBytes::from_string(setting.name))
-                                .with_value(Some(StrBytes::from_string(setting.value)))
-                                .with_config_source(setting.source)
+                                .with_name(StrBytes::from_string(setting.name.clone()))
+                                .with_value(Some(StrBytes::from_string(effective.value.clone())))
+                                .with_config_source(effective.source)
                         })
                         .collect();
                     result.configs = Some(configs);

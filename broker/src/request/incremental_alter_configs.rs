@@ -1,10 +1,10 @@
-//! IncrementalAlterConfigs (KIP-339): change topic settings at run time, by the controller
-//! (shard 0), which commits them as ConfigRecords; every open log of the topic takes them
-//! when the new image is installed, and DescribeConfigs shows them. Per setting: SET a
-//! value, DELETE the override (back to the broker's default), APPEND to or SUBTRACT from a
-//! list setting (`cleanup.policy`), starting from its current value. A resource's changes
-//! apply all or none; `validate_only` checks and changes nothing. Broker settings are
-//! static on ringlog: a broker resource is refused.
+//! IncrementalAlterConfigs (KIP-339): change topic settings, and the dynamic broker
+//! settings of a broker or of the whole cluster (broker resource ""), at run time, by the
+//! active controller, which commits them as ConfigRecords; every node takes them when it
+//! installs the image, and DescribeConfigs shows them. Per setting: SET a value, DELETE it
+//! (back to what it inherits), APPEND to or SUBTRACT from a list setting (`cleanup.policy`),
+//! starting from its current value. A resource's changes apply all or none;
+//! `validate_only` checks and changes nothing.
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -17,20 +17,19 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::controller::{Controller, ForwardedRequest, Refusal};
+use super::config_change::{Changes, Target};
+use crate::controller::Refusal;
 use crate::errors::code;
-use crate::metadata::records::{
-    CONFIG_RESOURCE_BROKER as RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC as RESOURCE_TOPIC,
-};
 use crate::shard_state::Shard;
 
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
-/// Topic settings whose value is a comma-separated list (Kafka's `ConfigDef.Type.LIST`).
+/// Settings whose value is a comma-separated list (Kafka's `ConfigDef.Type.LIST`).
 const LIST_SETTINGS: &[&str] = &[
     "cleanup.policy",
+    "log.cleanup.policy",
     "leader.replication.throttled.replicas",
     "follower.replication.throttled.replicas",
 ];
@@ -42,18 +41,12 @@ pub async fn handle(shard: &Rc<Shard>, request: IncrementalAlterConfigsRequest) 
         let mut answer = AlterConfigsResourceResponse::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        let done = match resource.resource_type {
-            RESOURCE_TOPIC => alter_topic(shard, resource, validate_only).await,
-            RESOURCE_BROKER => Err(Refusal {
-                error_code: code(ResponseError::InvalidRequest),
-                message: "Broker settings are static on this broker; set them in its \
-                          configuration and restart it."
-                    .into(),
-            }),
-            other => Err(Refusal {
-                error_code: code(ResponseError::InvalidRequest),
-                message: format!("Unsupported resource type {other}"),
-            }),
+        let done = match Target::of(resource.resource_type, resource.resource_name.as_str()) {
+            Ok(target) => match changes(shard, &target, &resource) {
+                Ok(changes) => target.apply(shard, changes, validate_only).await,
+                Err(refusal) => Err(refusal),
+            },
+            Err(refusal) => Err(refusal),
         };
         if let Err(refusal) = done {
             answer.error_code = refusal.error_code;
@@ -64,50 +57,18 @@ pub async fn handle(shard: &Rc<Shard>, request: IncrementalAlterConfigsRequest) 
     ResponseKind::IncrementalAlterConfigs(response)
 }
 
-async fn alter_topic(
-    shard: &Rc<Shard>,
-    resource: AlterConfigsResource,
-    validate_only: bool,
-) -> Result<(), Refusal> {
-    let name = resource.resource_name.to_string();
-    let changes = changes(shard, &name, &resource)?;
-    let job = move |controller: Rc<Shard>| async move {
-        let request = ForwardedRequest::AlterTopicConfigs {
-            name,
-            changes,
-            validate_only,
-        };
-        Controller::change_topics(&controller, request).await
-    };
-    shard
-        .router
-        .call(shard, 0, job)
-        .await
-        .unwrap_or_else(|stopped| {
-            Err(Refusal {
-                error_code: code(ResponseError::BrokerNotAvailable),
-                message: stopped.to_string(),
-            })
-        })
-}
-
-/// Each setting's new override (`None`: removed), from the operations asked.
+/// Each setting's new value (`None`: removed), from the operations asked.
 fn changes(
     shard: &Shard,
-    topic: &str,
+    target: &Target,
     resource: &AlterConfigsResource,
-) -> Result<Vec<(String, Option<String>)>, Refusal> {
+) -> Result<Changes, Refusal> {
     let invalid = |error: ResponseError, message: String| Refusal {
         error_code: code(error),
         message,
     };
-    let image = shard.image();
-    let Some(meta) = image.topic(topic) else {
-        return Err(invalid(
-            ResponseError::UnknownTopicOrPartition,
-            format!("The topic '{topic}' does not exist."),
-        ));
-    };
+    // A topic that is not there is refused before its settings are looked at.
+    target.own_settings(shard)?;
     let mut seen = BTreeSet::new();
     let mut changes = Vec::with_capacity(resource.configs.len());
     for config in &resource.configs {
@@ -121,8 +82,8 @@ fn changes(
         let value = config.value.as_ref().map(|v| v.to_string());
         let list = LIST_SETTINGS.contains(&key.as_str());
         let current = || -> Vec<String> {
-            shard
-                .topic_setting(meta, &key)
+            target
+                .current(shard, &key)
                 .map(|v| {
                     v.split(',')
                         .map(str::trim)

@@ -1,9 +1,11 @@
 //! ⑤ One handler per Kafka API. Each reads top to bottom as the data path: look up or
 //! split by owner, run the owners' parts through the router, merge in request order.
 
+mod alter_configs;
 mod alter_partition_reassignments;
 mod api_versions;
 mod authorized;
+mod config_change;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -77,6 +79,7 @@ pub fn supported_apis() -> SupportedApis {
         (ApiKey::AlterPartitionReassignments, 0, 1),
         (ApiKey::ListPartitionReassignments, 0, 0),
         (ApiKey::DescribeLogDirs, 1, 4),
+        (ApiKey::AlterConfigs, 0, 2),
     ])
 }
 
@@ -164,6 +167,7 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
         RequestKind::AlterPartitionReassignments(body) => {
             respond(alter_partition_reassignments::handle(&shard, body, version).await)
         }
+        RequestKind::AlterConfigs(body) => respond(alter_configs::handle(&shard, body).await),
         RequestKind::DescribeLogDirs(body) => {
             respond(describe_log_dirs::handle(&shard, body).await)
         }
