@@ -84,18 +84,23 @@ fn broker_levels(
     .flatten()
     .collect();
     if let Some(value) = topic_key_of(broker_key).and_then(|key| config.topic_defaults.get(key)) {
-        let source = if config.given(broker_key) {
-            source::STATIC_BROKER
-        } else {
-            source::DEFAULT
-        };
-        levels.push(Sourced {
-            name: broker_key.to_string(),
-            value: value.clone(),
-            source,
-        });
+        levels.push(static_level(config, broker_key, value));
     }
     levels
+}
+
+/// `value` of `broker_key` in the static configuration: given, or Kafka's default.
+fn static_level(config: &BrokerConfig, broker_key: &str, value: &str) -> Sourced {
+    let source = if config.given(broker_key) {
+        source::STATIC_BROKER
+    } else {
+        source::DEFAULT
+    };
+    Sourced {
+        name: broker_key.to_string(),
+        value: value.to_string(),
+        source,
+    }
 }
 
 /// Topic setting `topic_key` of `topic` on broker `node_id`, with every level that gives it,
@@ -156,16 +161,7 @@ pub fn broker_setting_levels(
 ) -> Vec<Sourced> {
     let mut levels = broker_levels(config, image, node_id, broker_key);
     if !is_dynamic(broker_key) {
-        let source = if config.given(broker_key) {
-            source::STATIC_BROKER
-        } else {
-            source::DEFAULT
-        };
-        levels.push(Sourced {
-            name: broker_key.to_string(),
-            value: static_value.to_string(),
-            source,
-        });
+        levels.push(static_level(config, broker_key, static_value));
     }
     levels
 }

@@ -83,18 +83,6 @@ pub fn has_preferred_leader(state: &PartitionState) -> bool {
 mod tests {
     use super::*;
 
-    fn state(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
-        PartitionState {
-            replicas: replicas.to_vec(),
-            isr: isr.to_vec(),
-            removing_replicas: Vec::new(),
-            adding_replicas: Vec::new(),
-            leader,
-            leader_epoch: 3,
-            partition_epoch: 7,
-        }
-    }
-
     fn leader(elected: Elected) -> i32 {
         assert_eq!(elected.isr, None, "a clean election keeps the ISR");
         elected.leader
@@ -102,10 +90,10 @@ mod tests {
 
     #[test]
     fn preferred_election_picks_the_first_replica_when_it_is_in_sync_and_may_lead() {
-        let moved = state(&[1, 2, 3], &[1, 2, 3], 2);
+        let moved = PartitionState::led(&[1, 2, 3], &[1, 2, 3], 2);
         assert_eq!(leader(elect(&moved, Election::Preferred, |_| true)), 1);
         // Out of sync, or fenced: the current leader stays.
-        let lagging = state(&[1, 2, 3], &[2, 3], 2);
+        let lagging = PartitionState::led(&[1, 2, 3], &[2, 3], 2);
         assert_eq!(leader(elect(&lagging, Election::Preferred, |_| true)), 2);
         assert_eq!(leader(elect(&moved, Election::Preferred, |id| id != 1)), 2);
         // Neither may lead: the next in-sync replica in replica order.
@@ -114,17 +102,17 @@ mod tests {
 
     #[test]
     fn online_election_keeps_a_leader_that_may_lead_and_else_takes_the_first_isr_member() {
-        let led = state(&[1, 2, 3], &[1, 2, 3], 2);
+        let led = PartitionState::led(&[1, 2, 3], &[1, 2, 3], 2);
         assert_eq!(leader(elect(&led, Election::Online, |_| true)), 2);
         assert_eq!(leader(elect(&led, Election::Online, |id| id != 2)), 1);
-        let leaderless = state(&[1, 2, 3], &[3], NO_LEADER);
+        let leaderless = PartitionState::led(&[1, 2, 3], &[3], NO_LEADER);
         assert_eq!(leader(elect(&leaderless, Election::Online, |_| true)), 3);
     }
 
     #[test]
     fn no_clean_election_picks_a_replica_outside_the_isr() {
         // Broker 3 holds everything acknowledged; 1 and 2 may be behind it.
-        let offline = state(&[1, 2, 3], &[3], NO_LEADER);
+        let offline = PartitionState::led(&[1, 2, 3], &[3], NO_LEADER);
         for election in [Election::Preferred, Election::Online] {
             assert_eq!(leader(elect(&offline, election, |id| id != 3)), NO_LEADER);
         }
@@ -132,7 +120,7 @@ mod tests {
 
     #[test]
     fn unclean_election_takes_a_live_replica_only_when_no_isr_member_may_lead() {
-        let offline = state(&[1, 2, 3], &[3], NO_LEADER);
+        let offline = PartitionState::led(&[1, 2, 3], &[3], NO_LEADER);
         assert_eq!(
             elect(&offline, Election::Unclean, |id| id != 3),
             Elected {
@@ -153,7 +141,15 @@ mod tests {
         assert_eq!(Election::from_election_type(0), Some(Election::Preferred));
         assert_eq!(Election::from_election_type(1), Some(Election::Unclean));
         assert_eq!(Election::from_election_type(2), None);
-        assert!(has_preferred_leader(&state(&[1, 2], &[1, 2], 1)));
-        assert!(!has_preferred_leader(&state(&[1, 2], &[1, 2], 2)));
+        assert!(has_preferred_leader(&PartitionState::led(
+            &[1, 2],
+            &[1, 2],
+            1
+        )));
+        assert!(!has_preferred_leader(&PartitionState::led(
+            &[1, 2],
+            &[1, 2],
+            2
+        )));
     }
 }

@@ -206,15 +206,8 @@ impl Controller {
         partition: i32,
         election: Election,
     ) -> Result<MetadataRecord, Refusal> {
-        let (topic_id, state) = image
-            .topic(topic)
-            .and_then(|t| Some((t.id, t.partition(partition)?)))
-            .ok_or_else(|| {
-                Refusal::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("No such partition as {topic}-{partition}"),
-                )
-            })?;
+        let (topic_id, state) = find(image, topic, partition)
+            .ok_or_else(|| unknown(format!("No such partition as {topic}-{partition}")))?;
         let needed = match election {
             Election::Preferred => !has_preferred_leader(state),
             Election::Online | Election::Unclean => state.leader == NO_LEADER,
@@ -339,15 +332,8 @@ impl Controller {
         target: Option<&[i32]>,
         allow_replication_factor_change: bool,
     ) -> Result<Option<MetadataRecord>, Refusal> {
-        let (topic_id, state) = image
-            .topic(topic)
-            .and_then(|t| Some((t.id, t.partition(partition)?)))
-            .ok_or_else(|| {
-                Refusal::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("Unable to find partition {topic}-{partition}."),
-                )
-            })?;
+        let (topic_id, state) = find(image, topic, partition)
+            .ok_or_else(|| unknown(format!("Unable to find partition {topic}-{partition}.")))?;
         let may_lead = |id| image.live_broker(id).is_some();
         let next = match target {
             None if !state.is_reassigning() => {
@@ -379,6 +365,21 @@ impl Controller {
     }
 }
 
+/// Partition `partition` of `topic` in `image`, with its topic's id.
+fn find<'a>(
+    image: &'a MetadataImage,
+    topic: &str,
+    partition: i32,
+) -> Option<(Uuid, &'a PartitionState)> {
+    let topic = image.topic(topic)?;
+    Some((topic.id, topic.partition(partition)?))
+}
+
+/// UNKNOWN_TOPIC_OR_PARTITION, in Kafka's words for the request.
+fn unknown(message: String) -> Refusal {
+    Refusal::new(ResponseError::UnknownTopicOrPartition, message)
+}
+
 /// Every partition of `image`, by topic name and index.
 fn every_partition(image: &MetadataImage) -> Vec<TopicPartition> {
     image
@@ -392,22 +393,10 @@ fn every_partition(image: &MetadataImage) -> Vec<TopicPartition> {
 mod tests {
     use super::*;
 
-    fn state(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
-        PartitionState {
-            replicas: replicas.to_vec(),
-            isr: isr.to_vec(),
-            removing_replicas: Vec::new(),
-            adding_replicas: Vec::new(),
-            leader,
-            leader_epoch: 0,
-            partition_epoch: 0,
-        }
-    }
-
     #[test]
     fn a_change_record_names_only_what_differs() {
         let id = Uuid::new_v4();
-        let old = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let old = PartitionState::led(&[1, 2, 3], &[1, 2, 3], 1);
         assert_eq!(change_record(id, 4, &old, &old), None);
         let mut new = old.clone();
         new.leader = 2;
@@ -429,7 +418,7 @@ mod tests {
 
     #[test]
     fn an_unclean_election_leaves_its_leader_alone_in_sync() {
-        let offline = state(&[1, 2, 3], &[3], NO_LEADER);
+        let offline = PartitionState::led(&[1, 2, 3], &[3], NO_LEADER);
         let next = elected(&offline, Election::Unclean, |id| id == 2);
         assert_eq!((next.leader, next.isr), (2, vec![2]));
         let next = elected(&offline, Election::Online, |id| id == 2);

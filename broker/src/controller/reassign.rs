@@ -108,25 +108,13 @@ mod tests {
     use super::*;
     use crate::metadata::NO_LEADER;
 
-    fn state(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
-        PartitionState {
-            replicas: replicas.to_vec(),
-            isr: isr.to_vec(),
-            removing_replicas: Vec::new(),
-            adding_replicas: Vec::new(),
-            leader,
-            leader_epoch: 0,
-            partition_epoch: 0,
-        }
-    }
-
     fn all(_: i32) -> bool {
         true
     }
 
     #[test]
     fn a_move_adds_first_and_removes_once_the_added_replicas_are_in_sync() {
-        let before = state(&[1, 2], &[1, 2], 1);
+        let before = PartitionState::led(&[1, 2], &[1, 2], 1);
         let moving = start(&before, &[3, 2], all);
         assert_eq!(moving.replicas, vec![3, 2, 1]);
         assert_eq!(moving.adding_replicas, vec![3]);
@@ -150,7 +138,7 @@ mod tests {
 
     #[test]
     fn a_move_that_adds_nothing_completes_at_once() {
-        let before = state(&[1, 2, 3], &[1, 2, 3], 2);
+        let before = PartitionState::led(&[1, 2, 3], &[1, 2, 3], 2);
         let shrunk = start(&before, &[3, 1], all);
         assert_eq!(shrunk.replicas, vec![3, 1]);
         assert_eq!(shrunk.isr, vec![1, 3]);
@@ -167,7 +155,7 @@ mod tests {
     #[test]
     fn a_move_never_leaves_an_empty_isr() {
         // Only 1 is in sync, and 1 is the replica being removed: it stays until 2 syncs.
-        let before = state(&[1, 2], &[1], 1);
+        let before = PartitionState::led(&[1, 2], &[1], 1);
         let moving = start(&before, &[2], all);
         assert_eq!(moving.replicas, vec![2, 1]);
         assert_eq!(moving.removing_replicas, vec![1]);
@@ -177,7 +165,7 @@ mod tests {
 
     #[test]
     fn cancelling_goes_back_to_the_replicas_before_the_move() {
-        let before = state(&[1, 2], &[1, 2], 1);
+        let before = PartitionState::led(&[1, 2], &[1, 2], 1);
         let mut moving = start(&before, &[3, 4], all);
         moving.isr.push(3);
         let back = cancel(&moving, all);
@@ -190,7 +178,7 @@ mod tests {
     #[test]
     fn a_new_move_replaces_the_one_in_progress() {
         // [1, 2] moving to [3, 4]; 3 caught up, 4 not yet.
-        let mut in_flight = start(&state(&[1, 2], &[1, 2], 1), &[3, 4], all);
+        let mut in_flight = start(&PartitionState::led(&[1, 2], &[1, 2], 1), &[3, 4], all);
         in_flight.isr.push(3);
         let second = start(&in_flight, &[5, 2], all);
         assert_eq!(second.replicas, vec![5, 2, 1]);
@@ -201,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_removed_leader_without_a_successor_that_may_lead_leaves_the_partition_offline() {
-        let before = state(&[1, 2], &[1, 2], 1);
+        let before = PartitionState::led(&[1, 2], &[1, 2], 1);
         let done = start(&before, &[2], |id| id != 2);
         assert_eq!(done.replicas, vec![2]);
         assert_eq!(done.leader, NO_LEADER);

@@ -56,6 +56,20 @@ impl PartitionState {
     pub fn is_reassigning(&self) -> bool {
         !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
     }
+
+    /// A partition on `replicas`, `isr` in sync, led by `leader`, at epochs 0 (for tests).
+    #[cfg(test)]
+    pub fn led(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
+        PartitionState {
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            removing_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

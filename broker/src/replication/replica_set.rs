@@ -304,13 +304,8 @@ mod tests {
 
     fn state(replicas: &[i32], isr: &[i32], leader: i32, leader_epoch: i32) -> PartitionState {
         PartitionState {
-            replicas: replicas.to_vec(),
-            isr: isr.to_vec(),
-            removing_replicas: Vec::new(),
-            adding_replicas: Vec::new(),
-            leader,
             leader_epoch,
-            partition_epoch: 0,
+            ..PartitionState::led(replicas, isr, leader)
         }
     }
 
