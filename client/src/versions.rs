@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn negotiation_picks_the_highest_common_version() {
-        assert_eq!(negotiate(ApiKey::Fetch, Some((0, 17))).unwrap(), 12);
+        assert_eq!(negotiate(ApiKey::Fetch, Some((0, 17))).unwrap(), 16);
         assert_eq!(negotiate(ApiKey::Fetch, Some((4, 8))).unwrap(), 8);
         assert_eq!(negotiate(ApiKey::JoinGroup, Some((0, 9))).unwrap(), 9);
         let error = negotiate(ApiKey::Produce, Some((13, 13))).unwrap_err();
@@ -131,7 +131,7 @@ mod tests {
     fn versions_answer_per_request_type() {
         let versions = Versions::from_offered([(0, 3, 11), (1, 4, 17), (3, 0, 9)]);
         assert_eq!(versions.of::<ProduceRequest>().unwrap(), 11);
-        assert_eq!(versions.of::<FetchRequest>().unwrap(), 12);
+        assert_eq!(versions.of::<FetchRequest>().unwrap(), 16);
         assert_eq!(versions.of::<MetadataRequest>().unwrap(), 9);
         assert!(!versions.supports::<JoinGroupRequest>());
     }
@@ -171,6 +171,10 @@ mod tests {
         inside::<kafka_protocol::messages::OffsetForLeaderEpochRequest>();
         inside::<kafka_protocol::messages::DescribeClusterRequest>();
         inside::<kafka_protocol::messages::DescribeQuorumRequest>();
-        assert_eq!(CLIENT_APIS.len(), 25, "every entry checked above");
+        inside::<ElectLeadersRequest>();
+        inside::<AlterPartitionReassignmentsRequest>();
+        inside::<ListPartitionReassignmentsRequest>();
+        inside::<IncrementalAlterConfigsRequest>();
+        assert_eq!(CLIENT_APIS.len(), 29, "every entry checked above");
     }
 }
