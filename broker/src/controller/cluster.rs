@@ -18,13 +18,11 @@ use std::time::{Duration, Instant};
 use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 
-use uuid::Uuid;
-
-use super::partitions::{change_record, elected, PartitionOutcome, Reassignment, TopicPartition};
-use super::{reassign, Controller, Election, Refusal, TopicSpec};
-use crate::metadata::records::{BrokerEndpoint, PartitionChangeRecord};
-use crate::metadata::{MetadataRecord, NO_LEADER};
-use crate::partition::IsrChange;
+use super::alter_partitions::AlterPartitionItem;
+use super::partitions::{elected, PartitionOutcome, Reassignment, TopicPartition};
+use super::{Controller, Election, Refusal, TopicSpec};
+use crate::metadata::records::BrokerEndpoint;
+use crate::metadata::NO_LEADER;
 use crate::quorum::runner::ForwardRequest;
 use crate::quorum::QuorumStatus;
 use crate::shard_state::Shard;
@@ -78,19 +76,12 @@ pub enum ForwardedRequest {
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     },
-    /// A partition's leader changes its ISR (Kafka's AlterPartition), as of the leader and
-    /// partition epochs it computed the change at; answered with the new partition epoch.
-    AlterPartition {
+    /// A leader changes the ISRs of partitions it leads (Kafka's AlterPartition, one item a
+    /// partition, all in one commit); answered with each item's new partition epoch.
+    AlterPartitions {
         broker_id: i32,
         broker_epoch: i64,
-        topic_id: u128,
-        partition: i32,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        isr: Vec<i32>,
-        /// The broker epoch each ISR member fetched as (-1 unknown): KIP-903.
-        #[serde(default)]
-        broker_epochs: Vec<i64>,
+        items: Vec<AlterPartitionItem>,
     },
     /// A client's IncrementalAlterConfigs or AlterConfigs, for one topic: `Some` sets,
     /// `None` removes.
@@ -140,20 +131,29 @@ impl ForwardedRequest {
 pub(super) enum Executed {
     Value(i64),
     Partitions(Vec<PartitionOutcome>),
+    /// One outcome per item of a batch (AlterPartitions: each item's new partition epoch).
+    Epochs(Vec<Result<i64, Refusal>>),
 }
 
 impl Executed {
     pub(super) fn value(self) -> i64 {
         match self {
             Executed::Value(value) => value,
-            Executed::Partitions(_) => 0,
+            Executed::Partitions(_) | Executed::Epochs(_) => 0,
         }
     }
 
     fn partitions(self) -> Vec<PartitionOutcome> {
         match self {
             Executed::Partitions(outcomes) => outcomes,
-            Executed::Value(_) => Vec::new(),
+            Executed::Value(_) | Executed::Epochs(_) => Vec::new(),
+        }
+    }
+
+    pub(super) fn epochs(self) -> Vec<Result<i64, Refusal>> {
+        match self {
+            Executed::Epochs(outcomes) => outcomes,
+            Executed::Value(_) | Executed::Partitions(_) => Vec::new(),
         }
     }
 }
@@ -319,25 +319,14 @@ impl Controller {
             )
             .await
             .map(|()| 0),
-            ForwardedRequest::AlterPartition {
+            ForwardedRequest::AlterPartitions {
                 broker_id,
                 broker_epoch,
-                topic_id,
-                partition,
-                leader_epoch,
-                partition_epoch,
-                isr,
-                broker_epochs,
+                items,
             } => {
-                let change = IsrChange {
-                    leader_epoch,
-                    partition_epoch,
-                    isr,
-                    broker_epochs,
-                };
-                let topic_id = uuid::Uuid::from_u128(topic_id);
-                self.alter_partition(broker_id, broker_epoch, topic_id, partition, change)
-                    .await
+                return Ok(Executed::Epochs(
+                    self.alter_partitions(broker_id, broker_epoch, items).await,
+                ))
             }
             ForwardedRequest::AlterTopicConfigs {
                 name,
@@ -481,134 +470,6 @@ impl Controller {
                 ),
             }
         }
-    }
-
-    /// Shard 0: this broker, leader of `partition` of topic `topic_id`, changes its ISR,
-    /// on the active controller or forwarded to it. Answers the new partition epoch; the
-    /// image that carries the change follows.
-    pub async fn change_isr(
-        shard: &Rc<Shard>,
-        topic_id: Uuid,
-        partition: i32,
-        change: IsrChange,
-    ) -> Result<i64, Refusal> {
-        let controller = Self::of(shard);
-        let node = shard.config.node_id;
-        let request = ForwardedRequest::AlterPartition {
-            broker_id: node,
-            broker_epoch: controller.broker_epoch(node),
-            topic_id: topic_id.as_u128(),
-            partition,
-            leader_epoch: change.leader_epoch,
-            partition_epoch: change.partition_epoch,
-            isr: change.isr,
-            broker_epochs: change.broker_epochs,
-        };
-        controller
-            .execute_or_forward(Some(shard), request)
-            .await
-            .map(Executed::value)
-    }
-
-    /// Kafka's AlterPartition, from the leader `broker_id` (incarnation `broker_epoch`):
-    /// commits `change`'s ISR if the partition is still at its epochs (FENCED_LEADER_EPOCH,
-    /// INVALID_UPDATE_VERSION otherwise), the ISR holds the leader and only replicas
-    /// (INVALID_REQUEST), and every member it adds is a live broker (INELIGIBLE_REPLICA).
-    /// Answers the new partition epoch.
-    async fn alter_partition(
-        &self,
-        broker_id: i32,
-        broker_epoch: i64,
-        topic_id: Uuid,
-        partition: i32,
-        change: IsrChange,
-    ) -> Result<i64, Refusal> {
-        let record = {
-            let image = self.proposed.borrow();
-            let current = image.brokers.get(&broker_id).map(|b| b.epoch);
-            if current != Some(broker_epoch) {
-                return Err(Refusal::new(
-                    ResponseError::StaleBrokerEpoch,
-                    format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
-                ));
-            }
-            let state = image
-                .topic_by_id(&topic_id)
-                .and_then(|topic| topic.partition(partition))
-                .ok_or_else(|| {
-                    Refusal::new(ResponseError::UnknownTopicOrPartition, "no such partition")
-                })?;
-            if state.leader != broker_id {
-                return Err(Refusal::new(
-                    ResponseError::NotLeaderOrFollower,
-                    format!("broker {broker_id} does not lead the partition"),
-                ));
-            }
-            if change.leader_epoch != state.leader_epoch {
-                return Err(Refusal::new(
-                    ResponseError::FencedLeaderEpoch,
-                    format!("the leader epoch is {}", state.leader_epoch),
-                ));
-            }
-            if change.partition_epoch != state.partition_epoch {
-                return Err(Refusal::new(
-                    ResponseError::InvalidUpdateVersion,
-                    format!("the partition epoch is {}", state.partition_epoch),
-                ));
-            }
-            let valid = change.isr.contains(&broker_id)
-                && change.isr.iter().all(|id| state.replicas.contains(id));
-            if !valid {
-                return Err(Refusal::new(
-                    ResponseError::InvalidRequest,
-                    format!(
-                        "ISR {:?} is not a set of replicas with the leader",
-                        change.isr
-                    ),
-                ));
-            }
-            if let Some(ineligible) = change
-                .isr
-                .iter()
-                .find(|id| !state.isr.contains(id) && image.live_broker(**id).is_none())
-            {
-                return Err(Refusal::new(
-                    ResponseError::IneligibleReplica,
-                    format!("broker {ineligible} is not live"),
-                ));
-            }
-            // KIP-903: a member known by a fetch of another incarnation than the registered
-            // one (a broker that restarted since, its log perhaps shorter) may not be in sync.
-            let stale = change
-                .isr
-                .iter()
-                .zip(&change.broker_epochs)
-                .find(|(id, epoch)| {
-                    **epoch != -1 && image.brokers.get(id).is_none_or(|b| b.epoch != **epoch)
-                });
-            if let Some((id, epoch)) = stale {
-                return Err(Refusal::new(
-                    ResponseError::IneligibleReplica,
-                    format!("broker {id} fetched as epoch {epoch}, which is not its registration"),
-                ));
-            }
-            // The ISR change may complete a reassignment waiting for its added replicas.
-            let mut next = state.clone();
-            next.isr = change.isr;
-            let next = reassign::complete_if_caught_up(next, |id| image.live_broker(id).is_some());
-            // An ISR proposed as it is still moves the partition epoch: the leader waits
-            // for an image past its proposal.
-            change_record(topic_id, partition, state, &next).unwrap_or_else(|| {
-                MetadataRecord::PartitionChange(PartitionChangeRecord {
-                    partition_id: partition,
-                    topic_id,
-                    isr: Some(next.isr),
-                    ..PartitionChangeRecord::default()
-                })
-            })
-        };
-        self.commit(vec![record]).await?;
-        Ok(i64::from(change.partition_epoch) + 1)
     }
 
     /// Fences incarnation `broker_epoch` of broker `broker_id` (marked as shutting down if

@@ -16,6 +16,7 @@
 //! leader, once it applied everything committed before its term) changes metadata; every
 //! other node applies what the log commits, and forwards its own broker registration.
 
+mod alter_partitions;
 mod cluster;
 mod configs;
 mod elect;

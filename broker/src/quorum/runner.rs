@@ -305,12 +305,14 @@ impl Waiting {
             }
             let index = *entry.key();
             let (term, done) = entry.remove();
+            // An entry replaced by another leader's is a proposal of a deposed leader: what
+            // its proposer hears is that it no longer leads (not a failure of the log).
             let result = if node.term_at(index).is_none_or(|t| t == term) {
                 Ok(())
             } else {
-                Err(QuorumError::Io(std::io::Error::other(format!(
-                    "the proposal at {index} was replaced by another leader's entry"
-                ))))
+                Err(QuorumError::NotLeader {
+                    leader: node.leader(),
+                })
             };
             let _ = done.send(result);
         }
