@@ -36,7 +36,8 @@ use crate::request::now_ms;
 use kafka_protocol::error::ResponseError;
 
 /// `replica_id` of a tool that may read any replica, leader or not (Kafka's
-/// `DEBUGGING_REPLICA_ID`): ListOffsets and OffsetsForLeaderEpoch skip the leadership check.
+/// `DEBUGGING_REPLICA_ID`): Fetch, ListOffsets and OffsetsForLeaderEpoch skip the leadership
+/// check.
 pub const DEBUGGING_REPLICA_ID: i32 = -2;
 
 /// This node's view of who leads a partition.

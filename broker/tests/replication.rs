@@ -17,6 +17,8 @@
 //! - With `replica.fsync.before.fetch`, consumers see only what every ISR member synced.
 //! - A follower joins the ISR only as the incarnation the metadata registers (the broker
 //!   epoch of Fetch v15's replica state, KIP-903).
+//! - A tool reads a follower's copy with Kafka's debugging replica id (-2); a consumer may
+//!   not.
 //!
 //! Every wait is bounded.
 
@@ -262,6 +264,53 @@ fn a_replica_joins_the_isr_only_as_the_incarnation_the_metadata_registers() {
     });
     cluster.nodes[&hung].signal("CONT");
     wait_isr(&cluster, &[1, 2, 3]);
+}
+
+/// Fetch v12 of partition 0 of [`TOPIC`] from offset 0 as `replica_id` (-1 a consumer, -2
+/// a tool): the error code and the values.
+fn fetch_as(client: &mut common::Client, replica_id: i32) -> (i16, Vec<Bytes>) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, RequestKind, ResponseKind};
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(replica_id))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(common::topic_name(TOPIC))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let data = &answer.responses[0].partitions[0];
+    let records = data.records.clone().unwrap_or_default();
+    (data.error_code, common::values(&records))
+}
+
+#[test]
+fn a_tool_reads_a_follower_with_kafkas_debugging_replica_id() {
+    let (cluster, leaders, acknowledged) = started(&[]);
+    let follower = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != leaders[&0])
+        .expect("a follower");
+    let mut client = cluster.client(follower);
+    let (refused, _) = fetch_as(&mut client, -1);
+    assert_eq!(
+        refused,
+        ResponseError::NotLeaderOrFollower.code(),
+        "a consumer"
+    );
+    // A tool reads the follower's own copy, up to its high watermark.
+    wait_for(|| {
+        let (error, values) = fetch_as(&mut client, -2);
+        assert_eq!(error, 0);
+        (values == acknowledged[&0]).then_some(())
+    });
 }
 
 #[test]

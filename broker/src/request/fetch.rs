@@ -21,7 +21,9 @@
 //! that diverged under an earlier leader) gets no records but the diverging epoch and where
 //! it ends, so the fetcher truncates to it.
 //!
-//! A fetch with a replica id is a follower's: the leader records its position (which moves
+//! A fetch with replica id -2 (Kafka's debugging replica id, a tool's) reads any replica this
+//! node holds, leader or follower, up to its high watermark. A fetch with a replica id is a
+//! follower's: the leader records its position (which moves
 //! the high watermark, `Partition::record_follower_fetch`), reads it up to the completed
 //! writes rather than the high watermark, and answers a waiting one also when the high
 //! watermark moves, so followers learn it without waiting out their `max_wait_ms`.
@@ -48,6 +50,7 @@ use net::{Outbox, Reply, Reservation};
 
 use super::now_ms;
 use crate::errors::{self, code, NONE};
+use crate::partition::DEBUGGING_REPLICA_ID;
 use crate::shard_state::Shard;
 
 /// Longest a fetch may wait, whatever the client asks: bounds the waiters a client can park.
@@ -88,9 +91,15 @@ pub async fn handle(
     // From v15 a follower names itself and its incarnation in `replica_state` (KIP-903).
     let (replica_id, replica_epoch) = if version >= 15 {
         let state = &request.replica_state;
-        (state.replica_id.0.max(-1), state.replica_epoch)
+        (state.replica_id.0, state.replica_epoch)
     } else {
-        (request.replica_id.0.max(-1), -1)
+        (request.replica_id.0, -1)
+    };
+    // Below -2 (Kafka's debugging replica id) means nothing: a consumer.
+    let replica_id = if replica_id < DEBUGGING_REPLICA_ID {
+        -1
+    } else {
+        replica_id
     };
     // From v13 topics are named by id (KIP-516).
     let image = (version >= 13).then(|| shard.image());
@@ -347,7 +356,9 @@ async fn read_part(
         data.error_code = code(ResponseError::UnknownTopicOrPartition);
         return (part.slot, data);
     };
-    if let Err(error_code) = partition.check_leader(part.current_leader_epoch, true) {
+    // A debugging fetch (replica id -2, a tool's) may read any replica, as in Kafka.
+    let require_leader = part.replica_id != DEBUGGING_REPLICA_ID;
+    if let Err(error_code) = partition.check_leader(part.current_leader_epoch, require_leader) {
         data.error_code = error_code;
         if part.version >= 12 && error_code != code(ResponseError::UnknownLeaderEpoch) {
             let leadership = partition.leadership();
