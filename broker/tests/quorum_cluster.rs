@@ -196,6 +196,30 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     voters.sort_unstable();
     assert_eq!(voters, [1, 2, 3]);
     assert_eq!(quorum.nodes.len(), 3, "every voter's controller listener");
+    // Every voter's log end is known to the leader, and a voter that does not lead gives
+    // the leader's account, not its own partial one.
+    wait_for(|| {
+        let quorum = describe_quorum(&mut cluster.client(controller));
+        let partition = &quorum.topics[0].partitions[0];
+        partition
+            .current_voters
+            .iter()
+            .all(|v| v.log_end_offset > 0)
+            .then_some(())
+    });
+    for &id in cluster.nodes.keys().filter(|&&id| id != controller) {
+        let asked = describe_quorum(&mut cluster.client(id));
+        let partition = &asked.topics[0].partitions[0];
+        assert_eq!(partition.leader_id.0, controller, "node {id}");
+        assert!(
+            partition
+                .current_voters
+                .iter()
+                .all(|v| v.log_end_offset > 0),
+            "node {id} knows every voter's log end: {:?}",
+            partition.current_voters
+        );
+    }
 
     // A node that is not the controller forwards its clients' admin changes there, and
     // answers once its own shards serve the outcome: no waiting for it to show.

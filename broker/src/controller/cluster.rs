@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::alter_partitions::AlterPartitionItem;
 use super::partitions::{elected, PartitionOutcome, Reassignment, TopicPartition};
+use super::quorum_view::QuorumView;
 use super::{Controller, Election, Refusal, TopicSpec};
 use crate::metadata::records::BrokerEndpoint;
 use crate::metadata::NO_LEADER;
@@ -106,6 +107,8 @@ pub enum ForwardedRequest {
         reassignments: Vec<Reassignment>,
         allow_replication_factor_change: bool,
     },
+    /// A client's DescribeQuorum, answered from the leader's account.
+    DescribeQuorum,
 }
 
 impl ForwardedRequest {
@@ -133,27 +136,28 @@ pub(super) enum Executed {
     Partitions(Vec<PartitionOutcome>),
     /// One outcome per item of a batch (AlterPartitions: each item's new partition epoch).
     Epochs(Vec<Result<i64, Refusal>>),
+    Quorum(QuorumView),
 }
 
 impl Executed {
     pub(super) fn value(self) -> i64 {
         match self {
             Executed::Value(value) => value,
-            Executed::Partitions(_) | Executed::Epochs(_) => 0,
+            Executed::Partitions(_) | Executed::Epochs(_) | Executed::Quorum(_) => 0,
         }
     }
 
     fn partitions(self) -> Vec<PartitionOutcome> {
         match self {
             Executed::Partitions(outcomes) => outcomes,
-            Executed::Value(_) | Executed::Epochs(_) => Vec::new(),
+            Executed::Value(_) | Executed::Epochs(_) | Executed::Quorum(_) => Vec::new(),
         }
     }
 
     pub(super) fn epochs(self) -> Vec<Result<i64, Refusal>> {
         match self {
             Executed::Epochs(outcomes) => outcomes,
-            Executed::Value(_) | Executed::Partitions(_) => Vec::new(),
+            Executed::Value(_) | Executed::Partitions(_) | Executed::Quorum(_) => Vec::new(),
         }
     }
 }
@@ -349,6 +353,10 @@ impl Controller {
                 return Controller::elect_leaders(running()?, election, partitions)
                     .await
                     .map(Executed::Partitions)
+            }
+            ForwardedRequest::DescribeQuorum => {
+                let node_id = shard.map_or(-1, |shard| shard.config.node_id);
+                return Ok(Executed::Quorum(self.own_quorum_view(node_id).await));
             }
             ForwardedRequest::AlterReassignments {
                 reassignments,

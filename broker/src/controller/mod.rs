@@ -22,12 +22,14 @@ mod configs;
 mod elect;
 mod partitions;
 mod placement;
+mod quorum_view;
 mod reassign;
 mod validate;
 
 pub use cluster::ForwardedRequest;
 pub use elect::Election;
 pub use partitions::{PartitionOutcome, Reassignment, TopicPartition};
+pub use quorum_view::QuorumView;
 pub use validate::{validate_topic_config, validate_topic_config_name, validate_topic_name};
 
 use std::cell::{Cell, RefCell};

@@ -3,8 +3,9 @@
 //! quorum of itself, it is the leader and the only voter, and its log end offset is the high
 //! watermark (it commits what it writes, fdatasynced). In a quorum of several voters the
 //! epoch is the Raft term, the high watermark follows the committed index, and each voter's
-//! log end offset is what the leader knows of it (asked of a follower, only its own is
-//! known: -1 for the others). There are no observers.
+//! log end offset is what the leader knows of it: a voter that does not lead asks the active
+//! controller, so every node answers alike (`controller/quorum_view.rs`). There are no
+//! observers.
 
 use std::rc::Rc;
 
@@ -18,53 +19,18 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::now_ms;
+use crate::controller::{Controller, QuorumView};
 use crate::errors::code;
 use crate::metadata::METADATA_TOPIC;
 use crate::shard_state::Shard;
 
-/// The quorum as shard 0 sees it: who leads in which epoch, the high watermark, and each
-/// voter with the log end offset the leader knows for it (-1 where unknown).
-struct View {
-    leader: i32,
-    epoch: i32,
-    high_watermark: i64,
-    voters: Vec<(i32, i64)>,
-}
-
-async fn view(shard: &Rc<Shard>) -> Option<View> {
-    let node = shard.config.node_id;
+/// The quorum as its leader sees it, asked through shard 0.
+async fn view(shard: &Rc<Shard>) -> Option<QuorumView> {
     shard
         .router
         .call(shard, 0, move |owner: Rc<Shard>| async move {
-            let controller = owner.controller.as_ref()?;
-            let Some(status) = controller.quorum_status().await else {
-                // A one-voter quorum: it leads, and commits what it writes.
-                let end_offset = controller.metadata_end_offset() as i64;
-                return Some(View {
-                    leader: node,
-                    epoch: 0,
-                    high_watermark: end_offset,
-                    voters: vec![(node, end_offset)],
-                });
-            };
-            let voters = status
-                .voters
-                .iter()
-                .map(|&(id, matched)| {
-                    let end = match matched {
-                        Some(matched) => matched as i64 + 1,
-                        None if id == status.node_id => status.last_index as i64 + 1,
-                        None => -1,
-                    };
-                    (id as i32, end)
-                })
-                .collect();
-            Some(View {
-                leader: status.leader.map_or(-1, |l| l as i32),
-                epoch: status.term as i32,
-                high_watermark: status.commit_index as i64 + 1,
-                voters,
-            })
+            owner.controller.as_ref()?;
+            Some(Controller::quorum_view(&owner).await)
         })
         .await
         .ok()
