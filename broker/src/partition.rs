@@ -147,6 +147,16 @@ impl Partition {
         if state.leader_epoch < self.leadership.get().leader_epoch {
             return;
         }
+        // Every change of a partition moves its partition epoch: an image that changed
+        // other partitions, or none, leaves this one and its waiting fetches alone.
+        let unchanged = {
+            let replicas = self.replicas.borrow();
+            replicas.partition_epoch() == state.partition_epoch
+                && replicas.leader_epoch() == state.leader_epoch
+        };
+        if unchanged {
+            return;
+        }
         self.leadership.set(Leadership::of(state, self.node_id));
         self.replicas
             .borrow_mut()
