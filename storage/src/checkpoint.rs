@@ -125,6 +125,31 @@ impl OffsetCheckpoint {
         }
     }
 
+    /// Removes what a crash before a rename left of the checkpoint at `path` (its
+    /// `<name>.<n>.tmp` files), before its writer starts; what was removed.
+    pub fn remove_leftovers(path: &Path) -> Result<Vec<PathBuf>, StorageError> {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+        else {
+            return Ok(Vec::new());
+        };
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(StorageError::io("read_dir", dir, error)),
+        };
+        let mut removed = Vec::new();
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            if file_name.to_str().is_some_and(|f| is_leftover(f, name)) {
+                let leftover = entry.path();
+                std::fs::remove_file(&leftover)
+                    .map_err(|e| StorageError::io("remove", &leftover, e))?;
+                removed.push(leftover);
+            }
+        }
+        Ok(removed)
+    }
+
     /// Replaces the checkpoint at `path` with `entries`, atomically (see the module comment).
     pub async fn write(path: &Path, entries: &[PartitionOffset]) -> Result<(), StorageError> {
         for entry in entries {
@@ -301,5 +326,35 @@ mod tests {
         fn any_text_is_parsed_or_refused_without_panicking(text in "\\PC{0,80}") {
             let _ = OffsetCheckpoint::decode(&text);
         }
+    }
+
+    #[test]
+    fn leftovers_of_an_interrupted_write_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join(REPLICATION_OFFSET_CHECKPOINT_FILE);
+        let keep = ["replication-offset-checkpoint", "other.3.tmp", "orders-0"];
+        let gone = [
+            "replication-offset-checkpoint.3.tmp",
+            "replication-offset-checkpoint.12.tmp",
+        ];
+        for name in keep.iter().chain(&gone) {
+            std::fs::write(dir.path().join(name), b"x").expect("write");
+        }
+        let mut removed = OffsetCheckpoint::remove_leftovers(&path).expect("removes");
+        removed.sort();
+        let mut expected: Vec<PathBuf> = gone.iter().map(|n| dir.path().join(n)).collect();
+        expected.sort();
+        assert_eq!(removed, expected);
+        for name in keep {
+            assert!(dir.path().join(name).exists(), "{name} stays");
+        }
+        let missing = dir
+            .path()
+            .join("nowhere")
+            .join(REPLICATION_OFFSET_CHECKPOINT_FILE);
+        assert_eq!(
+            OffsetCheckpoint::remove_leftovers(&missing).expect("none"),
+            Vec::<PathBuf>::new()
+        );
     }
 }

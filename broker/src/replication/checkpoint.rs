@@ -48,8 +48,23 @@ pub async fn read(shard: &Shard) -> CheckpointedHighWatermarks {
     }
 }
 
-/// Shard 0: writes the checkpoint every interval until cancelled.
+/// Shard 0: writes the checkpoint every interval until cancelled, having first removed
+/// what a crash in an earlier write left behind.
 pub async fn write_forever(shard: Rc<Shard>) {
+    let path = shard
+        .config
+        .log_dir
+        .join(REPLICATION_OFFSET_CHECKPOINT_FILE);
+    match OffsetCheckpoint::remove_leftovers(&path) {
+        Ok(removed) if !removed.is_empty() => {
+            tracing::info!(
+                ?removed,
+                "removed what an interrupted checkpoint write left"
+            )
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "leftovers of a checkpoint write stay"),
+    }
     loop {
         glommio::timer::sleep(
             shard
