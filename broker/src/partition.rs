@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 use crate::errors::{self, code};
 use crate::metadata::PartitionState;
+use crate::replication::throttle::Throttled;
 use crate::replication::ReplicaSet;
 use crate::request::now_ms;
 use kafka_protocol::error::ResponseError;
@@ -64,15 +65,13 @@ pub struct Partition {
     /// Fired whenever the log's completed writes move forward.
     pub written_moved: Notify,
     retired: Cell<bool>,
-    /// The topic's `min.insync.replicas`: acks=all needs an ISR at least this large.
-    min_insync_replicas: Cell<usize>,
+    /// The topic's settings a partition applies itself, as its last image gave them.
+    settings: RefCell<TopicSettings>,
     /// `replica.fsync.before.fetch`: this node's own records count toward the high
     /// watermark once fdatasynced, not once written.
     counts_synced: Cell<bool>,
     /// Whose turn it is to append.
     append_turns: Rc<Turns>,
-    /// The topic's `cleanup.policy` includes `compact`: records without key are refused.
-    compacted: Cell<bool>,
 }
 
 /// Outcome of appending one partition's records, in Kafka's terms.
@@ -108,10 +107,9 @@ impl Partition {
             high_watermark_moved: Notify::new(),
             written_moved: Notify::new(),
             retired: Cell::new(false),
-            min_insync_replicas: Cell::new(1),
+            settings: RefCell::new(TopicSettings::default()),
             counts_synced: Cell::new(false),
             append_turns: Turns::new(),
-            compacted: Cell::new(false),
         });
         glommio::spawn_local(follow_written(Rc::downgrade(&partition))).detach();
         partition
@@ -119,11 +117,36 @@ impl Partition {
 
     /// Whether the topic is compacted, as its settings last said (an image install keeps it).
     pub fn compacted(&self) -> bool {
-        self.compacted.get()
+        self.settings.borrow().compacted
     }
 
-    pub fn set_compacted(&self, compacted: bool) {
-        self.compacted.set(compacted);
+    /// Takes the topic's settings that the partition applies itself.
+    pub fn apply_settings(&self, settings: TopicSettings) {
+        *self.settings.borrow_mut() = settings;
+    }
+
+    /// On the leader: whether what follower `replica` fetches is throttled (named in the
+    /// topic's `leader.replication.throttled.replicas`, and outside the ISR).
+    pub fn throttles_leader_traffic(&self, replica: i32) -> bool {
+        let named = self
+            .settings
+            .borrow()
+            .leader_throttled
+            .as_ref()
+            .is_some_and(|t| t.includes(self.index, replica));
+        named && !self.replicas.borrow().isr().contains(&replica)
+    }
+
+    /// On a follower: whether what this node fetches is throttled (named in the topic's
+    /// `follower.replication.throttled.replicas`, and outside the ISR).
+    pub fn throttles_follower_traffic(&self) -> bool {
+        let named = self
+            .settings
+            .borrow()
+            .follower_throttled
+            .as_ref()
+            .is_some_and(|t| t.includes(self.index, self.node_id));
+        named && !self.replicas.borrow().isr().contains(&self.node_id)
     }
 
     pub fn leadership(&self) -> Leadership {
@@ -134,11 +157,6 @@ impl Partition {
     /// one replica; `replica.fsync.before.fetch`).
     pub fn count_synced(&self, synced: bool) {
         self.counts_synced.set(synced);
-    }
-
-    /// The topic's `min.insync.replicas`, as its settings last said.
-    pub fn set_min_insync_replicas(&self, replicas: usize) {
-        self.min_insync_replicas.set(replicas.max(1));
     }
 
     /// Takes the leader, leader epoch, replicas and ISR of a newer image; an older leader
@@ -429,7 +447,8 @@ impl Partition {
     /// Whether an acks=all append may go ahead: NOT_ENOUGH_REPLICAS while the ISR is smaller
     /// than the topic's `min.insync.replicas`, as Kafka refuses it before appending.
     pub fn check_min_insync(&self) -> Result<(), i16> {
-        if self.replicas.borrow().isr().len() < self.min_insync_replicas.get() {
+        let min_insync_replicas = self.settings.borrow().min_insync_replicas.max(1);
+        if self.replicas.borrow().isr().len() < min_insync_replicas {
             return Err(code(ResponseError::NotEnoughReplicas));
         }
         Ok(())
@@ -465,6 +484,20 @@ impl Partition {
         self.high_watermark_moved.notify_all();
         self.written_moved.notify_all();
     }
+}
+
+/// The settings of a partition's topic that the partition applies itself (the log takes its
+/// own through `Log::reconfigure`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicSettings {
+    /// `cleanup.policy` includes `compact`: records without key are refused.
+    pub compacted: bool,
+    /// `min.insync.replicas`: acks=all needs an ISR at least this large.
+    pub min_insync_replicas: usize,
+    /// `leader.replication.throttled.replicas`.
+    pub leader_throttled: Option<Throttled>,
+    /// `follower.replication.throttled.replicas`.
+    pub follower_throttled: Option<Throttled>,
 }
 
 /// An ISR change a leader proposes, with the epochs it was computed at (the controller

@@ -20,9 +20,10 @@ use crate::controller::Controller;
 use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::listener::ConnectionCounts;
 use crate::metadata::{MetadataImage, PartitionState, TopicMeta};
-use crate::partition::Partition;
+use crate::partition::{Partition, TopicSettings};
 use crate::producers::ProducerIds;
 use crate::replication::checkpoint::{initial_high_watermark, CheckpointedHighWatermarks};
+use crate::replication::throttle::{self, Bucket, Throttled};
 use crate::replication::Fetchers;
 
 pub struct Shard {
@@ -52,6 +53,10 @@ pub struct Shard {
     pub fetchers: Fetchers,
     /// Fired when a follower outside a partition's ISR this shard leads may join it.
     pub isr_wanted: Notify,
+    /// This shard's share of `leader.replication.throttled.rate` and
+    /// `follower.replication.throttled.rate` (`replication::throttle`).
+    pub leader_throttle: Bucket,
+    pub follower_throttle: Bucket,
     /// The high watermarks of `replication-offset-checkpoint`, read at start, for the
     /// partitions not opened yet.
     pub checkpointed_high_watermarks: RefCell<CheckpointedHighWatermarks>,
@@ -88,6 +93,8 @@ impl Shard {
             producer_ids: ProducerIds::default(),
             fetchers: Fetchers::default(),
             isr_wanted: Notify::new(),
+            leader_throttle: Bucket::default(),
+            follower_throttle: Bucket::default(),
             checkpointed_high_watermarks: RefCell::new(HashMap::new()),
             connections,
             stopping: Notify::new(),
@@ -171,13 +178,9 @@ impl Shard {
                 let topic = image.topic(name);
                 let settings_changed = defaults_changed
                     || topic.map(|t| &t.configs) != previous.topic(name).map(|t| &t.configs);
-                let wanted = topic.filter(|_| settings_changed).map(|t| {
-                    (
-                        self.log_config(t),
-                        self.cleans_by(t, "compact"),
-                        self.min_insync_replicas(t),
-                    )
-                });
+                let wanted = topic
+                    .filter(|_| settings_changed)
+                    .map(|t| (self.log_config(t), self.partition_settings(t)));
                 for slot in slots.iter_mut() {
                     let Some(partition) = slot else { continue };
                     let held = topic
@@ -194,10 +197,9 @@ impl Shard {
                     if name == OFFSETS_TOPIC && was_leader != is_leader {
                         coordination.push((partition.clone(), is_leader));
                     }
-                    if let Some((wanted, compacted, min_insync)) = wanted {
-                        partition.set_compacted(compacted);
-                        partition.set_min_insync_replicas(min_insync);
-                        if let Err(error) = partition.log.reconfigure(wanted) {
+                    if let Some((wanted, settings)) = &wanted {
+                        partition.apply_settings(settings.clone());
+                        if let Err(error) = partition.log.reconfigure(*wanted) {
                             tracing::warn!(topic = %name, partition = partition.index, %error,
                                 "topic settings not applied");
                         }
@@ -258,6 +260,32 @@ impl Shard {
         // Fetchers pick up the partitions to follow (and drop those they no longer follow).
         self.fetchers.followed_changed.notify_all();
         Ok(failures)
+    }
+
+    /// This shard's share of the broker's replication throttle rate `key` (bytes a second;
+    /// `throttle::UNLIMITED` when unset), as the image gives it now.
+    pub fn throttle_rate(&self, key: &str) -> u64 {
+        let image = self.image.borrow();
+        let rate =
+            crate::config::dynamic::broker_setting(&self.config, &image, self.config.node_id, key)
+                .and_then(|value| value.parse::<u64>().ok())
+                .unwrap_or(throttle::UNLIMITED);
+        throttle::shard_rate(rate, self.router.shard_count())
+    }
+
+    /// The settings of `topic` its partitions apply themselves.
+    fn partition_settings(&self, topic: &TopicMeta) -> TopicSettings {
+        let throttled = |key| {
+            self.topic_setting(topic, key)
+                .and_then(|value| throttle::parse_replicas(&value))
+                .filter(|t| *t != Throttled::Replicas(Vec::new()))
+        };
+        TopicSettings {
+            compacted: self.cleans_by(topic, "compact"),
+            min_insync_replicas: self.min_insync_replicas(topic),
+            leader_throttled: throttled("leader.replication.throttled.replicas"),
+            follower_throttled: throttled("follower.replication.throttled.replicas"),
+        }
     }
 
     /// The topic's `min.insync.replicas` (its own, else the broker's default).
@@ -372,8 +400,7 @@ impl Shard {
             self.config.node_id,
             high_watermark,
         );
-        partition.set_compacted(self.cleans_by(topic, "compact"));
-        partition.set_min_insync_replicas(self.min_insync_replicas(topic));
+        partition.apply_settings(self.partition_settings(topic));
         let replicated = state.replicas.len() > 1;
         partition.count_synced(replicated && self.config.replica_fetch.fsync_before_fetch);
         Ok(partition)

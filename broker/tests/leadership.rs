@@ -542,3 +542,90 @@ fn replicas_are_placed_across_racks() {
         assert_eq!(spanned.len(), 2, "partition {partition} on {replicas:?}");
     }
 }
+
+/// IncrementalAlterConfigs of resource `kind` `name` (2 topic, 4 broker): SET each
+/// `Some`, DELETE each `None`; the resource's error code.
+fn alter_configs(
+    cluster: &Cluster,
+    (kind, name): (i8, &str),
+    changes: &[(&str, Option<&str>)],
+) -> i16 {
+    let configs = changes
+        .iter()
+        .map(|(key, value)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_config_operation(if value.is_some() { 0 } else { 1 })
+                .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configs(configs),
+    ]);
+    let ResponseKind::IncrementalAlterConfigs(answer) = cluster
+        .client(1)
+        .call(1, RequestKind::IncrementalAlterConfigs(request))
+    else {
+        unreachable!()
+    };
+    answer.responses[0].error_code
+}
+
+#[test]
+fn a_throttled_move_copies_no_faster_than_its_rate() {
+    let cluster = Cluster::start_with(SETTINGS);
+    let controller = cluster.controller();
+    let topic = "throttled";
+    create_on(&mut cluster.client(controller), topic, &[1], &[]);
+    let value = "x".repeat(10_000);
+    let values: Vec<&str> = (0..50).map(|_| value.as_str()).collect();
+    produce_all(&cluster, 1, topic, -1, &values);
+
+    // As kafka-reassign-partitions --throttle sets it: every replica of the topic throttled
+    // on both sides, 200 KB/s a broker (each of a node's two shards takes half of it).
+    let rate = "200000";
+    for key in [
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    ] {
+        assert_eq!(alter_configs(&cluster, (2, topic), &[(key, Some("*"))]), 0);
+    }
+    for broker in ["1", "2"] {
+        let rates = [
+            ("leader.replication.throttled.rate", Some(rate)),
+            ("follower.replication.throttled.rate", Some(rate)),
+        ];
+        assert_eq!(alter_configs(&cluster, (4, broker), &rates), 0);
+    }
+    let started = std::time::Instant::now();
+    assert_eq!(reassign(&cluster, 1, topic, Some(&[1, 2]), true), 0);
+    wait_for(|| (partitions(&cluster, 1, topic)[&0].2 == [1, 2]).then_some(()));
+    let took = started.elapsed();
+    // 500 KB at 100 KB/s, the first second's worth at once: 4 s at the least.
+    println!("a throttled move of 500 KB took {took:?}");
+    assert!(
+        took >= std::time::Duration::from_millis(3500),
+        "the copy went faster than the throttle allows: {took:?}"
+    );
+
+    // kafka-reassign-partitions --verify clears the throttles: every one removable.
+    for key in [
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    ] {
+        assert_eq!(alter_configs(&cluster, (2, topic), &[(key, None)]), 0);
+    }
+    let cleared = [
+        ("leader.replication.throttled.rate", None),
+        ("follower.replication.throttled.rate", None),
+        ("replica.alter.log.dirs.io.max.bytes.per.second", None),
+    ];
+    assert_eq!(alter_configs(&cluster, (4, "1"), &cleared), 0);
+    let expected: Vec<Bytes> = values.iter().map(|v| Bytes::from(v.to_string())).collect();
+    wait_for(|| (partitions(&cluster, 1, topic)[&0].0 >= 1).then_some(()));
+    let leader = partitions(&cluster, 1, topic)[&0].0;
+    assert_eq!(read_values(&mut cluster.client(leader), topic, 0), expected);
+}

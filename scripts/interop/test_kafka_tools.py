@@ -295,12 +295,16 @@ def test_kafka_reassign_partitions_moves_a_partition_with_its_data(cluster, tmp_
     def reassign(*args, **kwargs):
         return kj.tool(kj.REASSIGN, "--bootstrap-server", bootstrap(cluster), *args, **kwargs)
 
-    out = reassign("--reassignment-json-file", plan, "--execute").stdout
+    out = reassign("--reassignment-json-file", plan, "--execute",
+                   "--throttle", 50000000).stdout
     assert f"Successfully started partition reassignment for {topic}-0" in out, out
-    # Replication throttles are not offered, so there are none to clear.
-    wait_for(lambda: f"Reassignment of partition {topic}-0 is completed." in reassign(
-        "--reassignment-json-file", plan, "--verify", "--preserve-throttles").stdout,
-        60, "the move completed")
+    # --verify reports the move, and once it is complete clears the throttles it set.
+    verified = []
+    wait_for(lambda: verified.append(reassign("--reassignment-json-file", plan,
+                                              "--verify").stdout) or
+             f"Reassignment of partition {topic}-0 is completed." in verified[-1],
+             60, "the move completed")
+    assert "Clearing broker-level throttles" in verified[-1], verified[-1]
     leader, replicas, isr = partition_states(bootstrap(cluster), topic)[0]
     assert (replicas, isr) == ([2, 3], [2, 3]) and leader in (2, 3)
     assert topic not in reassign("--list").stdout

@@ -8,7 +8,7 @@
 //! `--set`), Kafka's default. Only [`is_dynamic`] keys ever come from the image: every other
 //! broker setting is read-only at run time.
 
-use super::{BrokerConfig, TOPIC_CONFIGS};
+use super::{BrokerConfig, DYNAMIC_ONLY_BROKER_CONFIGS, TOPIC_CONFIGS};
 use crate::metadata::{MetadataImage, TopicMeta};
 
 /// Kafka's `ConfigSource` codes, as DescribeConfigs reports them.
@@ -34,9 +34,33 @@ pub struct Sourced {
 }
 
 /// Whether broker setting `broker_key` may change at run time: the broker defaults of topic
-/// settings, all of them in Kafka's dynamic list (`DynamicLogConfig`).
+/// settings, all of them in Kafka's dynamic list (`DynamicLogConfig`), and the settings that
+/// exist only at run time (the replication throttles' rates).
 pub fn is_dynamic(broker_key: &str) -> bool {
     TOPIC_CONFIGS.iter().any(|(_, key, _)| *key == broker_key)
+        || dynamic_only_default(broker_key).is_some()
+}
+
+/// The default of a broker setting that exists only at run time.
+pub fn dynamic_only_default(broker_key: &str) -> Option<&'static str> {
+    DYNAMIC_ONLY_BROKER_CONFIGS
+        .iter()
+        .find(|(key, _)| *key == broker_key)
+        .map(|(_, default)| *default)
+}
+
+/// The effective value of dynamic broker setting `broker_key` on broker `node_id`: its own,
+/// else the cluster-wide default, else the static or default value.
+pub fn broker_setting(
+    config: &BrokerConfig,
+    image: &MetadataImage,
+    node_id: i32,
+    broker_key: &str,
+) -> Option<String> {
+    broker_levels(config, image, node_id, broker_key)
+        .into_iter()
+        .next()
+        .map(|level| level.value)
 }
 
 /// The topic setting that broker setting `broker_key` gives the default of.
@@ -85,6 +109,12 @@ fn broker_levels(
     .collect();
     if let Some(value) = topic_key_of(broker_key).and_then(|key| config.topic_defaults.get(key)) {
         levels.push(static_level(config, broker_key, value));
+    } else if let Some(default) = dynamic_only_default(broker_key) {
+        levels.push(Sourced {
+            name: broker_key.to_string(),
+            value: default.to_string(),
+            source: source::DEFAULT,
+        });
     }
     levels
 }
@@ -117,9 +147,19 @@ pub fn topic_setting_levels(
         value: value.clone(),
         source: source::TOPIC,
     });
-    let below = broker_key_of(topic_key)
-        .map(|key| broker_levels(config, image, node_id, key))
-        .unwrap_or_default();
+    let below = match broker_key_of(topic_key) {
+        Some(key) => broker_levels(config, image, node_id, key),
+        None => config
+            .topic_defaults
+            .get(topic_key)
+            .map(|value| Sourced {
+                name: topic_key.to_string(),
+                value: value.clone(),
+                source: source::DEFAULT,
+            })
+            .into_iter()
+            .collect(),
+    };
     own.into_iter().chain(below).collect()
 }
 
@@ -134,7 +174,10 @@ pub fn topic_setting(
     if let Some(value) = topic.configs.get(topic_key) {
         return Some(value.clone());
     }
-    let broker_key = broker_key_of(topic_key)?;
+    let Some(broker_key) = broker_key_of(topic_key) else {
+        // A setting of topics only (the replication throttles): its default.
+        return config.topic_defaults.get(topic_key).cloned();
+    };
     image
         .broker_configs
         .get(&node_id.to_string())
@@ -255,5 +298,6 @@ mod tests {
         assert!(!is_dynamic("log.retention.hours"));
         assert!(!is_dynamic("log.retention.check.interval.ms"));
         assert!(!is_dynamic("retention.ms"), "a topic key, not a broker key");
+        assert!(is_dynamic("leader.replication.throttled.rate"));
     }
 }

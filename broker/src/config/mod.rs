@@ -228,6 +228,27 @@ pub const TOPIC_CONFIGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Topic settings without a broker default: Kafka's replication throttles (KIP-73), each a
+/// list of `partition:broker` pairs (or `*`, every replica) whose replication traffic the
+/// leader (`leader.`) or the follower (`follower.`) throttles; none by default.
+pub const TOPIC_ONLY_CONFIGS: &[(&str, &str)] = &[
+    ("follower.replication.throttled.replicas", ""),
+    ("leader.replication.throttled.replicas", ""),
+];
+
+/// Broker settings that exist only at run time, as in Kafka (kafka-configs sets them, a
+/// properties file does not): the replication throttles' rates, bytes per second for the
+/// whole broker, unlimited by default. A node has one log directory, so nothing moves
+/// between directories for `replica.alter.log.dirs.io.max.bytes.per.second` to throttle.
+pub const DYNAMIC_ONLY_BROKER_CONFIGS: &[(&str, &str)] = &[
+    ("follower.replication.throttled.rate", "9223372036854775807"),
+    ("leader.replication.throttled.rate", "9223372036854775807"),
+    (
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        "9223372036854775807",
+    ),
+];
+
 /// Broker keys that are not topic defaults (beside `replica::KEYS` and `groups::KEYS`).
 const BROKER_KEYS: &[&str] = &[
     "node.id",
@@ -358,6 +379,9 @@ impl BrokerConfig {
         for (topic_key, broker_key, default) in TOPIC_CONFIGS {
             let value = get(broker_key).unwrap_or(default);
             topic_defaults.insert(topic_key.to_string(), value.to_string());
+        }
+        for (topic_key, default) in TOPIC_ONLY_CONFIGS {
+            topic_defaults.insert(topic_key.to_string(), default.to_string());
         }
         // Kafka's precedence: log.retention.ms, then .minutes, then .hours; -1 is unlimited.
         if get("log.retention.ms").is_none() {
@@ -617,6 +641,9 @@ impl BrokerConfig {
                 broker_key.to_string(),
                 self.topic_defaults[*topic_key].clone(),
             ));
+        }
+        for (key, default) in DYNAMIC_ONLY_BROKER_CONFIGS {
+            out.push((key.to_string(), default.to_string()));
         }
         out.sort();
         out

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use kafka_protocol::error::ResponseError;
 
 use super::{validate_topic_config, validate_topic_config_name, Controller, Refusal};
-use crate::config::dynamic::{is_dynamic, topic_key_of, CLUSTER_DEFAULT};
+use crate::config::dynamic::{dynamic_only_default, is_dynamic, topic_key_of, CLUSTER_DEFAULT};
 use crate::config::is_broker_key;
 use crate::metadata::records::{ConfigRecord, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC};
 use crate::metadata::MetadataRecord;
@@ -143,6 +143,20 @@ impl Controller {
 /// Kafka's checks of a dynamic broker setting: a dynamic one with a valid value (removing
 /// needs none), a known static one refused as read-only, any other unknown.
 fn check_broker_setting(key: &str, value: Option<&str>) -> Result<(), Refusal> {
+    if dynamic_only_default(key).is_some() {
+        let valid = value.is_none_or(|v| v.parse::<i64>().is_ok_and(|rate| rate >= 0));
+        return if valid {
+            Ok(())
+        } else {
+            Err(Refusal::new(
+                ResponseError::InvalidConfig,
+                format!(
+                    "Invalid value {} for configuration {key}",
+                    value.unwrap_or_default()
+                ),
+            ))
+        };
+    }
     if let Some(topic_key) = topic_key_of(key).filter(|_| is_dynamic(key)) {
         return match value {
             Some(value) => validate_topic_config(topic_key, value).map_err(|refusal| {
@@ -187,6 +201,8 @@ mod tests {
             read_only.message,
             "Cannot update these configs dynamically: Set(log.retention.hours)"
         );
+        assert!(check_broker_setting("leader.replication.throttled.rate", Some("1000")).is_ok());
+        assert!(check_broker_setting("follower.replication.throttled.rate", Some("-1")).is_err());
         let unknown = check_broker_setting("no.such.setting", Some("1")).unwrap_err();
         assert_eq!(unknown.error_code, ResponseError::InvalidConfig.code());
     }

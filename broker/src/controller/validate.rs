@@ -4,7 +4,7 @@
 use kafka_protocol::error::ResponseError;
 
 use super::{Refusal, TOPIC_NAME_BYTES_MAX};
-use crate::config::TOPIC_CONFIGS;
+use crate::config::{TOPIC_CONFIGS, TOPIC_ONLY_CONFIGS};
 
 /// Kafka's rules: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
@@ -32,8 +32,14 @@ pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
 pub fn validate_topic_config_name(key: &str) -> Result<&'static str, Refusal> {
     TOPIC_CONFIGS
         .iter()
-        .find(|(name, _, _)| *name == key)
-        .map(|(_, _, default)| *default)
+        .map(|(name, _, default)| (name, default))
+        .chain(
+            TOPIC_ONLY_CONFIGS
+                .iter()
+                .map(|(name, default)| (name, default)),
+        )
+        .find(|(name, _)| **name == key)
+        .map(|(_, default)| *default)
         .ok_or_else(|| {
             Refusal::new(
                 ResponseError::InvalidConfig,
@@ -51,6 +57,9 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), Refusal> {
             .all(|p| matches!(p.trim(), "delete" | "compact")),
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
         "unclean.leader.election.enable" => matches!(value, "true" | "false"),
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            crate::replication::throttle::parse_replicas(value).is_some()
+        }
         "min.cleanable.dirty.ratio" => value
             .parse::<f64>()
             .is_ok_and(|ratio| (0.0..=1.0).contains(&ratio)),
@@ -105,6 +114,9 @@ mod tests {
         assert!(validate_topic_config("delete.retention.ms", "86400000").is_ok());
         assert!(validate_topic_config("unclean.leader.election.enable", "true").is_ok());
         assert!(validate_topic_config("unclean.leader.election.enable", "yes").is_err());
+        assert!(validate_topic_config("leader.replication.throttled.replicas", "0:1,1:2").is_ok());
+        assert!(validate_topic_config("leader.replication.throttled.replicas", "*").is_ok());
+        assert!(validate_topic_config("follower.replication.throttled.replicas", "0-1").is_err());
         assert_eq!(
             validate_topic_config("retention.ms", "soon").map_err(|r| r.error_code),
             Err(40)

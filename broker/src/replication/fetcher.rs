@@ -90,6 +90,9 @@ struct Followed {
 
 type PartitionKey = (String, i32);
 
+/// How long a fetcher left with only throttled replicas waits before it looks again.
+const THROTTLED_PAUSE: Duration = Duration::from_millis(100);
+
 struct Fetcher {
     shard: Rc<Shard>,
     leader: i32,
@@ -115,9 +118,21 @@ impl Fetcher {
             }
             let now = Instant::now();
             self.resting.retain(|_, until| *until > now);
+            // Replicas the topic throttles (KIP-73) sit out while this shard's share of
+            // `follower.replication.throttled.rate` is spent.
+            let rate = self
+                .shard
+                .throttle_rate("follower.replication.throttled.rate");
+            let throttled_out = !self.shard.follower_throttle.allows(rate, now);
+            let mut sitting_out = 0;
             let followed: Vec<Followed> = all
                 .into_iter()
                 .filter(|(topic, p)| !self.resting.contains_key(&(topic.clone(), p.index)))
+                .filter(|(_, p)| {
+                    let sits_out = throttled_out && p.throttles_follower_traffic();
+                    sitting_out += usize::from(sits_out);
+                    !sits_out
+                })
                 .map(|(topic, partition)| Followed {
                     topic,
                     leadership: partition.leadership(),
@@ -125,12 +140,16 @@ impl Fetcher {
                 })
                 .collect();
             if followed.is_empty() {
-                let next = self
+                let mut next = self
                     .resting
                     .values()
                     .min()
                     .copied()
                     .unwrap_or(now + backoff);
+                // Throttled replicas sat out: look again once the bucket may have refilled.
+                if sitting_out > 0 {
+                    next = next.min(now + THROTTLED_PAUSE);
+                }
                 self.pause(next.saturating_duration_since(now)).await;
                 continue;
             }
@@ -340,6 +359,9 @@ impl Fetcher {
                 .map(|()| false);
         }
         if let Some(records) = data.records.filter(|r| !r.is_empty()) {
+            if partition.throttles_follower_traffic() {
+                self.shard.follower_throttle.take(records.len());
+            }
             append(partition, &records).await?;
             self.fetch_from.remove(&key);
             appended = true;

@@ -11,12 +11,14 @@
 //! Invariants: a shard's fetchers fetch only the partitions that shard owns, one fetcher
 //! per leader, so replication never crosses cores on either side; the leader's bookkeeping
 //! ([`ReplicaSet`]) lives in the partition, on its owning shard, and so does the keeping
-//! of its ISR ([`maintain_forever`]), which changes only through the controller.
+//! of its ISR ([`maintain_forever`]), which changes only through the controller. Replicas
+//! outside the ISR that a topic names may be throttled on both sides ([`throttle`]).
 
 pub mod checkpoint;
 mod fetcher;
 mod isr;
 mod replica_set;
+pub mod throttle;
 
 pub use fetcher::{follow_forever, Fetchers};
 pub use isr::maintain_forever;

@@ -394,6 +394,15 @@ async fn read_part(
             shard.isr_wanted.notify_all();
         }
     }
+    // A replica the topic throttles (KIP-73) gets nothing while this shard's share of
+    // `leader.replication.throttled.rate` is spent; what it gets is counted against it.
+    let throttled = follower && partition.throttles_leader_traffic(part.replica_id);
+    let rate = || shard.throttle_rate("leader.replication.throttled.rate");
+    let cap_bytes = if throttled && !shard.leader_throttle.allows(rate(), Instant::now()) {
+        0
+    } else {
+        cap_bytes
+    };
     let result = if cap_bytes == 0 {
         // Out of budget: no records, but an offset out of range is still an error.
         let (start, end) = (
@@ -424,6 +433,14 @@ async fn read_part(
     data.high_watermark = high_watermark;
     data.last_stable_offset = high_watermark;
     data.log_start_offset = partition.log.log_start_offset();
+    if throttled {
+        let sent = result
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map_or(0, Bytes::len);
+        shard.leader_throttle.take(sent);
+    }
     match result {
         Ok(records) => data.records = records,
         Err(ReadError::OffsetOutOfRange { .. }) => {
