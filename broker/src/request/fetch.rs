@@ -23,10 +23,12 @@
 //!
 //! A fetch with replica id -2 (Kafka's debugging replica id, a tool's) reads any replica this
 //! node holds, leader or follower, up to its high watermark. A fetch with a replica id is a
-//! follower's: the leader records its position (which moves
-//! the high watermark, `Partition::record_follower_fetch`), reads it up to the completed
-//! writes rather than the high watermark, and answers a waiting one also when the high
-//! watermark moves, so followers learn it without waiting out their `max_wait_ms`.
+//! follower's: the leader records its position (which moves the high watermark,
+//! `Partition::record_follower_fetch`), reads it up to the completed writes rather than the
+//! high watermark, and answers a waiting one also when the high watermark moves, so
+//! followers learn it without waiting out their `max_wait_ms`. From v13 topics are named by
+//! id, from v15 a follower names its broker epoch (KIP-903), and v16 answers carry the
+//! endpoints of the leaders they name (KIP-951).
 
 use std::future::Future;
 use std::pin::Pin;
