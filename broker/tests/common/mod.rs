@@ -9,6 +9,8 @@
 
 pub mod cluster;
 pub mod launch;
+pub mod logs;
+pub mod netns;
 pub mod replicated;
 
 use std::io::{Read, Write};
