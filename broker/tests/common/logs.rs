@@ -8,14 +8,25 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{fetch_at, values, Client};
+use super::{try_fetch_at, values, Client};
 
 /// Every batch the leader serves of `topic`-`partition` (up to its high watermark), in
 /// offset order, as it sends them.
 pub fn served_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<Bytes> {
+    try_served_batches(client, topic, partition)
+        .unwrap_or_else(|code| panic!("fetching {topic}-{partition}: error {code}"))
+}
+
+/// As [`served_batches`], the partition's error code if a fetch is refused (the node no
+/// longer leads, say).
+pub fn try_served_batches(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<Bytes>, i16> {
     let mut batches = Vec::new();
     let mut offset = 0;
-    while let Some(records) = fetch_at(client, topic, partition, offset) {
+    while let Some(records) = try_fetch_at(client, topic, partition, offset)? {
         let whole = split_batches(&records);
         assert!(
             !whole.is_empty(),
@@ -31,7 +42,7 @@ pub fn served_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<B
             batches.push(batch);
         }
     }
-    batches
+    Ok(batches)
 }
 
 /// The whole, valid batches at the start of `bytes`, up to the first that is not (a

@@ -533,6 +533,17 @@ pub fn read_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<(i6
 
 /// The batches a Fetch at `offset` returns, or `None` at the high watermark.
 pub fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -> Option<Bytes> {
+    try_fetch_at(client, topic, partition, offset)
+        .unwrap_or_else(|code| panic!("fetch at {offset}: error {code}"))
+}
+
+/// As [`fetch_at`], the partition's error code if the node refuses (not the leader, say).
+pub fn try_fetch_at(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<Option<Bytes>, i16> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::FetchRequest;
     let request = FetchRequest::default()
@@ -549,9 +560,11 @@ pub fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -
         unreachable!()
     };
     let data = &answer.responses[0].partitions[0];
-    assert_eq!(data.error_code, 0, "fetch at {offset}");
+    if data.error_code != 0 {
+        return Err(data.error_code);
+    }
     let records = data.records.clone().unwrap_or_default();
-    (offset < data.high_watermark && !records.is_empty()).then_some(records)
+    Ok((offset < data.high_watermark && !records.is_empty()).then_some(records))
 }
 
 /// Every record of a partition, batch by batch, in offset order, checking offsets are
