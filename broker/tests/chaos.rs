@@ -34,6 +34,9 @@
 //!   4. the replicas converge: every node's segment files hold the leader's batches, byte
 //!      for byte, at the same offsets.
 //!
+//!   The checker itself is tested on made-up histories and logs (`mod checker`), which need
+//!   no namespaces.
+//!
 //! `CHAOS_SEED` sets the seed (else a random one) and `CHAOS_SECONDS` how long faults go on
 //! ([`DEFAULT_FAULT_SECONDS`] by default, which CI runs; `scripts/chaos.sh` runs an hour).
 //! The seed is printed at the start and in every failure, with the fault schedule that ran;
@@ -53,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::cluster::{account, Cluster};
-use common::logs::{describe, served_batches, stored_batches};
+use common::logs::{describe, stored_batches, try_served_batches};
 use common::netns::{Network, NODES};
 use common::replicated::{create, states, PARTITIONS, TOPIC};
 use common::{batch, metadata, produce_request, topic_name, Client};
@@ -687,17 +690,16 @@ impl Violations {
 
 /// Each partition's log as its leader serves it, once every node's segment files hold the
 /// same batches (bounded by [`HEAL_MAX`]); a node whose copy still differs then is a
-/// violation, shown from the first batch that differs.
+/// violation, shown from the first batch that differs. The leader is asked anew each time:
+/// the leader balance may move a leadership meanwhile.
 fn converged_logs(cluster: &Cluster, violations: &mut Violations) -> BTreeMap<i32, Vec<Bytes>> {
-    let leaders: BTreeMap<i32, i32> = states(cluster, NODES[0])
-        .into_iter()
-        .map(|(partition, (leader, _))| (partition, leader))
-        .collect();
     let deadline = Instant::now() + HEAL_MAX;
     let mut logs = BTreeMap::new();
-    for (&partition, &leader) in &leaders {
-        let (served, stored) = loop {
-            let served = served_batches(&mut cluster.client(leader), TOPIC, partition);
+    for partition in 0..PARTITIONS {
+        let mut last_refusal = None;
+        let (leader, served, stored) = loop {
+            let leader = states(cluster, NODES[0])[&partition].0;
+            let served = try_served_batches(&mut cluster.client(leader), TOPIC, partition);
             let stored: BTreeMap<i32, Vec<Bytes>> = cluster
                 .dirs
                 .iter()
@@ -706,9 +708,20 @@ fn converged_logs(cluster: &Cluster, violations: &mut Violations) -> BTreeMap<i3
                     (id, batches)
                 })
                 .collect();
-            if stored.values().all(|batches| *batches == served) || Instant::now() > deadline {
-                break (served, stored);
+            match served {
+                Ok(served) => {
+                    let same = stored.values().all(|batches| *batches == served);
+                    if same || Instant::now() > deadline {
+                        break (leader, served, stored);
+                    }
+                }
+                Err(code) => last_refusal = Some((leader, error_name(code))),
             }
+            assert!(
+                Instant::now() < deadline,
+                "{TOPIC}-{partition}: no leader served its log within {HEAL_MAX:?}: \
+                 {last_refusal:?}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         };
         for (id, batches) in stored {
@@ -956,4 +969,167 @@ fn check(history: &History, log: &[Bytes], violations: &mut Violations) -> Strin
         history.attempts.len(),
         entries.len()
     )
+}
+
+/// The checker on made-up histories and logs: it finds what it is there to find, and
+/// nothing in a history without faults of the broker's.
+mod checker {
+    use super::*;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// A log of one-record batches: (offset, leader epoch, sequence of partition 0's writer).
+    fn log_of(records: &[(i64, i32, u64)]) -> Vec<Bytes> {
+        records
+            .iter()
+            .map(|&(offset, epoch, sequence)| {
+                let record = Record {
+                    transactional: false,
+                    control: false,
+                    partition_leader_epoch: epoch,
+                    delete_horizon: false,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timestamp_type: TimestampType::Creation,
+                    offset,
+                    sequence: -1,
+                    timestamp: 1_700_000_000_000,
+                    key: None,
+                    value: Some(Bytes::from(value_of(0, sequence))),
+                    headers: Default::default(),
+                };
+                let mut out = bytes::BytesMut::new();
+                let options = RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::None,
+                };
+                RecordBatchEncoder::encode(&mut out, &[record], &options).expect("encodes");
+                out.freeze()
+            })
+            .collect()
+    }
+
+    fn acknowledged(offset: i64) -> Outcome {
+        Outcome::Acknowledged { offset }
+    }
+
+    /// Partition 0's writer's attempts, sequence 1, 2, …: (acks, broker, outcome); Metadata
+    /// named node 1 for epoch 0 and node 2 for epochs 1 and 2.
+    fn history(attempts: &[(i16, i32, Outcome)]) -> History {
+        History {
+            partition: 0,
+            attempts: attempts
+                .iter()
+                .enumerate()
+                .map(|(i, &(acks, broker, outcome))| Attempt {
+                    sequence: i as u64 + 1,
+                    acks,
+                    broker,
+                    epoch_seen: 0,
+                    sent_ms: i as u64,
+                    outcome,
+                })
+                .collect(),
+            leaders_seen: [(0, [1].into()), (1, [2].into()), (2, [2].into())].into(),
+        }
+    }
+
+    fn found(history: &History, log: &[Bytes]) -> Vec<&'static str> {
+        let mut violations = Violations::default();
+        check(history, log, &mut violations);
+        violations.by_kind.keys().copied().collect()
+    }
+
+    /// Acknowledged acks=all on node 1 at epoch 0, acks=1, a timeout whose record stayed, a
+    /// write never answered that never landed, then acks=all on node 2 at epoch 1.
+    fn faultless() -> (History, Vec<Bytes>) {
+        let history = history(&[
+            (-1, 1, acknowledged(0)),
+            (1, 1, acknowledged(1)),
+            (-1, 1, Outcome::Refused { code: 7 }),
+            (-1, 1, Outcome::Unanswered),
+            (-1, 2, acknowledged(3)),
+        ]);
+        (
+            history,
+            log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 1, 5)]),
+        )
+    }
+
+    #[test]
+    fn a_history_without_faults_of_the_brokers_passes() {
+        let (history, log) = faultless();
+        assert_eq!(found(&history, &log), Vec::<&str>::new());
+        // A write never answered may land late, after later writes (a node thawed with it).
+        let late = log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 1, 5), (4, 2, 4)]);
+        assert_eq!(found(&history, &late), Vec::<&str>::new());
+        // acks=1 promises nothing past a leader change: node 2 took over without 2.
+        let mut history = history;
+        history.attempts[4].outcome = acknowledged(2);
+        let without_acks_one = log_of(&[(0, 0, 1), (1, 0, 3), (2, 1, 5)]);
+        assert_eq!(found(&history, &without_acks_one), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_lost_or_moved_acknowledged_write_is_found() {
+        let (history, _) = faultless();
+        let lost = log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3)]);
+        assert_eq!(found(&history, &lost), ["acknowledged acks=all write lost"]);
+        let moved = log_of(&[(0, 0, 1), (1, 0, 2), (2, 1, 5)]);
+        assert_eq!(
+            found(&history, &moved),
+            ["acknowledged acks=all write lost"]
+        );
+    }
+
+    #[test]
+    fn a_value_twice_or_one_nobody_wrote_is_found() {
+        let (history, _) = faultless();
+        let twice = log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 1, 5), (4, 1, 5)]);
+        assert_eq!(found(&history, &twice), ["a value twice", "out of order"]);
+        let unwritten = log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 1, 5), (4, 1, 6)]);
+        assert_eq!(found(&history, &unwritten), ["a value nobody wrote"]);
+    }
+
+    #[test]
+    fn writes_out_of_order_are_found() {
+        // 3 was answered (refused) before 5 was sent, yet lies after it.
+        let (history, _) = faultless();
+        let reordered = log_of(&[(0, 0, 1), (1, 0, 2), (2, 1, 5), (3, 1, 3)]);
+        let mut history = history;
+        history.attempts[4].outcome = acknowledged(2);
+        assert_eq!(found(&history, &reordered), ["out of order"]);
+    }
+
+    #[test]
+    fn two_leaders_in_one_epoch_are_found() {
+        // Node 2 acknowledged a write that carries node 1's epoch.
+        let (history, _) = faultless();
+        let log = log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 0, 5)]);
+        assert_eq!(
+            found(&history, &log),
+            [
+                "a write acknowledged by a node Metadata did not name leader",
+                "two leaders took acks=all writes in one epoch"
+            ]
+        );
+        let mut history = history;
+        history.leaders_seen.entry(1).or_default().insert(3);
+        let log = log_of(&[(0, 0, 1), (1, 0, 2), (2, 0, 3), (3, 1, 5)]);
+        assert_eq!(
+            found(&history, &log),
+            ["Metadata named two leaders for one epoch"]
+        );
+    }
+
+    #[test]
+    fn leader_epochs_going_down_are_found() {
+        let (history, _) = faultless();
+        let log = log_of(&[(0, 0, 1), (1, 1, 2), (2, 0, 3), (3, 1, 5)]);
+        assert_eq!(
+            found(&history, &log),
+            ["leader epochs go down along the log"]
+        );
+    }
 }
