@@ -205,11 +205,13 @@ fn acknowledged_writes_survive_kills_pauses_and_partitions_and_the_replicas_conv
         let _ = write!(summary, "\n  {TOPIC}-{}: {checked}", history.partition);
     }
     if !violations.is_empty() {
+        let failed: Vec<String> = histories.iter().map(failed_writes).collect();
         fail(format!(
             "chaos: seed {seed} (replay: {replay}): the checker found violations\n{}\n\
-             fault schedule:\n{}\n{summary}",
+             fault schedule:\n{}\nwrites that failed, in runs:\n{}\n{summary}",
             violations.report(),
-            schedule()
+            schedule(),
+            failed.join("\n")
         ));
     }
     println!("{summary}");
@@ -752,6 +754,47 @@ fn converged_logs(cluster: &Cluster, violations: &mut Violations) -> BTreeMap<i3
         logs.insert(partition, served);
     }
     logs
+}
+
+/// A writer's writes that were not acknowledged, in runs of the same answer from the same
+/// node, with their times: where each fault showed to the clients.
+fn failed_writes(history: &History) -> String {
+    let mut lines = vec![format!("{TOPIC}-{}:", history.partition)];
+    let mut run: Option<(i32, String, u64, u64, usize)> = None;
+    let flush = |run: &mut Option<(i32, String, u64, u64, usize)>, lines: &mut Vec<String>| {
+        if let Some((broker, answer, first_ms, last_ms, count)) = run.take() {
+            lines.push(format!(
+                "  {:8.1} – {:8.1} s  node {broker}: {answer} × {count}",
+                first_ms as f64 / 1000.0,
+                last_ms as f64 / 1000.0
+            ));
+        }
+    };
+    for attempt in &history.attempts {
+        let answer = match attempt.outcome {
+            Outcome::Acknowledged { .. } => {
+                flush(&mut run, &mut lines);
+                continue;
+            }
+            Outcome::Refused { code } => error_name(code),
+            Outcome::Closed => "connection closed".to_string(),
+            Outcome::Unanswered => "no answer".to_string(),
+        };
+        match &mut run {
+            Some((broker, same, _, last_ms, count))
+                if *broker == attempt.broker && *same == answer =>
+            {
+                *last_ms = attempt.sent_ms;
+                *count += 1;
+            }
+            _ => {
+                flush(&mut run, &mut lines);
+                run = Some((attempt.broker, answer, attempt.sent_ms, attempt.sent_ms, 1));
+            }
+        }
+    }
+    flush(&mut run, &mut lines);
+    lines.join("\n")
 }
 
 /// One record of the final log.
