@@ -6,19 +6,22 @@
 //! - Workload, the whole run: one writer per partition sends one-record batches, one at a
 //!   time, each value `p<partition>-<sequence>` with the writer's next sequence number, to
 //!   the leader the highest leader epoch in any node's Metadata names; mostly acks=all, one
-//!   in [`ACKS_ONE_ONE_IN`] acks=1. A value is never sent twice (a failed write is not
+//!   in [`WRITES_PER_ACKS_ONE`] acks=1. A value is never sent twice (a failed write is not
 //!   retried, the next value is sent): without idempotence, any value the log holds twice is
 //!   the broker's doing, and the broker's deduplication of retries, which
 //!   `idempotent_produce.rs` checks, does not blur this check. For every write the writer
 //!   records the broker it went to, the leader epoch Metadata gave, and the answer: the
 //!   offset, an error code, a closed connection, or none within [`PRODUCE_IO_TIMEOUT`] (a
 //!   frozen node).
-//! - Nemesis: a schedule drawn from the seed: a quiet period, then one fault on one node,
-//!   healed after a random time: kill -9 and restart, SIGSTOP then SIGCONT, or a network
-//!   partition of the node from the other two. Never more than one node faulty: after each
-//!   heal the run waits (bounded) until every node gives the same account of the cluster and
-//!   every ISR is whole again, so a majority of voters and two in-sync replicas stay
-//!   possible throughout.
+//! - Nemesis: a schedule drawn from the seed: a quiet period ([`QUIET_MS`]), then one fault
+//!   on one node, healed after a random time: kill -9 and restart ([`KILL_DOWN_MS`]),
+//!   SIGSTOP then SIGCONT ([`PAUSE_MS`]), or a network partition of the node from the other
+//!   two ([`PARTITION_MS`]), each kind as likely; the node is one of the three (3 in 5), the
+//!   leader of a partition (1 in 5) or the active controller (1 in 5). Never more than one
+//!   node faulty: after each heal the run waits (bounded) until every node gives the same
+//!   account of the cluster and every ISR is whole again, so a majority of voters and two
+//!   in-sync replicas stay possible throughout. Segments are small and leaderships go back
+//!   to their preferred replicas every few seconds ([`SETTINGS`]).
 //! - At the end, healed and whole, each writer must get acks=all writes through again, then
 //!   the checker reads each partition's final log as its leader serves it and as every
 //!   node's segment files hold it, and checks:
@@ -40,7 +43,9 @@
 //! `CHAOS_SEED` sets the seed (else a random one) and `CHAOS_SECONDS` how long faults go on
 //! ([`DEFAULT_FAULT_SECONDS`] by default, which CI runs; `scripts/chaos.sh` runs an hour).
 //! The seed is printed at the start and in every failure, with the fault schedule that ran;
-//! the same seed replays the same schedule and the same writes (not the same interleaving).
+//! the same seed draws the same schedule (kinds, victims as drawn, durations, quiet times)
+//! and the same acks for each write, though not the same timing: which node leads when a
+//! fault comes, and how the writes interleave with it, vary from run to run.
 //! Every wait is bounded. Without root or iproute2 the test says why and passes, except
 //! under CI (`CI` set), where it fails.
 
@@ -70,10 +75,10 @@ use rand::{Rng, SeedableRng};
 const DEFAULT_FAULT_SECONDS: u64 = 60;
 /// Fast failure detection, as the other replication tests have it: a follower retries a
 /// moved leader soon, a leader shrinks its ISR soon (the cluster's settings add a 200 ms
-/// heartbeat and a 1.5 s broker session).
-/// Small segments, so that recovery after kill -9 and truncation cross segment files; a
-/// leader balance every few seconds, so that leaderships also move back to their preferred
-/// replicas under load, as controlled elections.
+/// heartbeat and a 1.5 s broker session). Small segments, so that recovery after kill -9
+/// and truncation cross segment files; a leader balance every few seconds, so that
+/// leaderships also move back to their preferred replicas under load, as controlled
+/// elections.
 const SETTINGS: &[&str] = &[
     "replica.fetch.backoff.ms=100",
     "replica.lag.time.max.ms=2000",
@@ -102,8 +107,8 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The pause of a writer after a failed write or a failed search for the leader.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// One write in this many is acks=1.
-const ACKS_ONE_ONE_IN: u32 = 8;
+/// One write in this many is acks=1, the others acks=all.
+const WRITES_PER_ACKS_ONE: u32 = 8;
 /// Writers stop on their own this long after the faults should have ended, whatever
 /// happens to the rest of the test.
 const WRITER_MARGIN: Duration = Duration::from_secs(600);
@@ -561,7 +566,7 @@ impl<'a> Writer<'a> {
                 continue;
             };
             sequence += 1;
-            let acks = if self.rng.gen_ratio(1, ACKS_ONE_ONE_IN) {
+            let acks = if self.rng.gen_ratio(1, WRITES_PER_ACKS_ONE) {
                 1
             } else {
                 -1
