@@ -78,12 +78,15 @@ const DEFAULT_FAULT_SECONDS: u64 = 60;
 /// heartbeat and a 1.5 s broker session). Small segments, so that recovery after kill -9
 /// and truncation cross segment files; a leader balance every few seconds, so that
 /// leaderships also move back to their preferred replicas under load, as controlled
-/// elections.
+/// elections. No time retention: the harness's records carry a CreateTime of 2023, so
+/// retention would delete every closed segment (its first check comes five minutes in) and
+/// the checker would find the logs starting past 0.
 const SETTINGS: &[&str] = &[
     "replica.fetch.backoff.ms=100",
     "replica.lag.time.max.ms=2000",
     "log.segment.bytes=262144",
     "leader.imbalance.check.interval.seconds=5",
+    "log.retention.ms=-1",
 ];
 /// The quiet time before each fault, after the cluster is whole again.
 const QUIET_MS: RangeInclusive<u64> = 500..=2_500;
