@@ -60,14 +60,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cluster::{account, Cluster};
-use common::logs::{describe, stored_batches, try_served_batches};
+use common::cluster::{account_of, Cluster};
+use common::logs::{describe, outline, stored_batches, try_served_batches};
 use common::netns::{Network, NODES};
 use common::replicated::{create, states, PARTITIONS, TOPIC};
 use common::{batch, metadata, produce_request, topic_name, Client};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, RequestKind, ResponseKind};
+use kafka_protocol::messages::{MetadataRequest, MetadataResponse, RequestKind, ResponseKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -156,7 +156,7 @@ fn acknowledged_writes_survive_kills_pauses_and_partitions_and_the_replicas_conv
         0,
         "creating {TOPIC}"
     );
-    wait_whole(&cluster, "the topic's creation");
+    wait_whole(&mut cluster, "the topic's creation");
     note(clock, format!("{TOPIC} created, every ISR whole"));
 
     let addresses: BTreeMap<i32, SocketAddr> = cluster
@@ -200,7 +200,7 @@ fn acknowledged_writes_survive_kills_pauses_and_partitions_and_the_replicas_conv
         (histories, faults)
     });
 
-    wait_whole(&cluster, "the end of the writes");
+    wait_whole(&mut cluster, "the end of the writes");
     let mut violations = Violations::default();
     let logs = converged_logs(&cluster, &mut violations);
     let mut summary = format!(
@@ -274,22 +274,46 @@ impl Drop for StopOnDrop<'_> {
 
 /// Waits until every node gives the same account of the cluster, with all three brokers
 /// live, and each partition of [`TOPIC`] has a leader and all three replicas in its ISR;
-/// panics with every node's account past [`HEAL_MAX`]. Answers how long it took.
-fn wait_whole(cluster: &Cluster, after: &str) -> Duration {
+/// panics with every node's account past [`HEAL_MAX`], or at once if a node's process
+/// ended on its own (no fault kills a node without restarting it before this). Answers how
+/// long it took.
+fn wait_whole(cluster: &mut Cluster, after: &str) -> Duration {
     let started = Instant::now();
     loop {
-        let accounts: BTreeMap<i32, String> = cluster
+        assert_running(
+            cluster,
+            &format!("waiting for a whole cluster after {after}"),
+        );
+        let answers: BTreeMap<i32, Option<MetadataResponse>> = cluster
             .nodes
-            .keys()
-            .map(|&id| (id, account(&mut cluster.client(id))))
+            .iter()
+            .map(|(&id, node)| (id, metadata_of_all(node.address())))
+            .collect();
+        let accounts: BTreeMap<i32, String> = answers
+            .iter()
+            .map(|(&id, answer)| {
+                let account = answer
+                    .as_ref()
+                    .map_or_else(|| "no answer".into(), account_of);
+                (id, account)
+            })
             .collect();
         let first = &accounts[&NODES[0]];
-        let agreed = accounts.values().all(|a| a == first);
-        let partitions = states(cluster, NODES[0]);
-        let whole = partitions.len() == PARTITIONS as usize
-            && partitions
-                .values()
-                .all(|(leader, isr)| NODES.contains(leader) && *isr == NODES);
+        let agreed = answers.values().all(Option::is_some) && accounts.values().all(|a| a == first);
+        let whole = answers[&NODES[0]].as_ref().is_some_and(|answer| {
+            let topic = answer
+                .topics
+                .iter()
+                .find(|t| t.name == Some(topic_name(TOPIC)));
+            topic.is_some_and(|topic| {
+                topic.partitions.len() == PARTITIONS as usize
+                    && topic.partitions.iter().all(|p| {
+                        let mut isr: Vec<i32> = p.isr_nodes.iter().map(|id| id.0).collect();
+                        isr.sort_unstable();
+                        NODES.contains(&p.leader_id.0) && isr == NODES
+                    })
+            })
+        });
         if agreed && whole && first.lines().any(|line| line == "brokers [1, 2, 3]") {
             return started.elapsed();
         }
@@ -304,6 +328,31 @@ fn wait_whole(cluster: &Cluster, after: &str) -> Duration {
             );
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A node's Metadata for every topic, `None` if it does not answer in time (the node may
+/// have died: [`assert_running`] tells).
+fn metadata_of_all(address: SocketAddr) -> Option<MetadataResponse> {
+    let mut client = Client::try_connect_to(address, CONNECT_TIMEOUT, METADATA_TIMEOUT).ok()?;
+    let request = MetadataRequest::default().with_topics(None);
+    match client.try_call(12, RequestKind::Metadata(request)).ok()? {
+        ResponseKind::Metadata(answer) => Some(answer),
+        other => panic!("Metadata answered with {other:?}"),
+    }
+}
+
+/// Panics if a node's process ended though no fault is killing it: the broker crashed.
+fn assert_running(cluster: &mut Cluster, during: &str) {
+    for (id, node) in &mut cluster.nodes {
+        if let Ok(Some(status)) = node.child.try_wait() {
+            let log = node.log_text();
+            let lines: Vec<&str> = log.lines().collect();
+            panic!(
+                "node {id} exited on its own ({status}), found {during}; its log ends:\n{}",
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            );
+        }
     }
 }
 
@@ -392,6 +441,7 @@ impl Nemesis<'_> {
             };
             let fault_ms = self.rng.gen_range(fault.duration_ms());
             std::thread::sleep(Duration::from_millis(quiet_ms));
+            assert_running(self.cluster, &format!("before fault {}", faults + 1));
             let node = self.resolve(victim);
             let roles = self.roles(node);
             let name = fault.name();
@@ -725,13 +775,11 @@ fn converged_logs(cluster: &Cluster, violations: &mut Violations) -> BTreeMap<i3
                         break (leader, served, stored);
                     }
                 }
-                Err(code) => last_refusal = Some((leader, error_name(code))),
+                Err((offset, code)) => last_refusal = Some((leader, offset, code)),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{TOPIC}-{partition}: no leader served its log within {HEAL_MAX:?}: \
-                 {last_refusal:?}"
-            );
+            if Instant::now() > deadline {
+                fail_unreadable(cluster, partition, last_refusal);
+            }
             std::thread::sleep(Duration::from_millis(100));
         };
         for (id, batches) in stored {
@@ -762,6 +810,59 @@ fn converged_logs(cluster: &Cluster, violations: &mut Violations) -> BTreeMap<i3
         logs.insert(partition, served);
     }
     logs
+}
+
+/// Panics saying why `partition`'s log could not be read from its leader to the end: the
+/// last refusal (leader, offset, error), what the leader answers a fetch at that offset,
+/// and the shape of every node's copy.
+fn fail_unreadable(cluster: &Cluster, partition: i32, refusal: Option<(i32, i64, i16)>) -> ! {
+    let mut evidence = format!("{TOPIC}-{partition}: no leader served its log within {HEAL_MAX:?}");
+    if let Some((leader, offset, code)) = refusal {
+        let answer = fetch_answer(cluster.nodes[&leader].address(), partition, offset);
+        let _ = write!(
+            evidence,
+            "; node {leader}, the leader, refused a fetch at {offset} with {}, and answers \
+             one now with {answer}",
+            error_name(code)
+        );
+    }
+    for (id, dir) in &cluster.dirs {
+        let stored = stored_batches(dir, TOPIC, partition).unwrap_or_default();
+        let _ = write!(evidence, "\n  node {id} holds {}", outline(&stored));
+    }
+    panic!("{evidence}");
+}
+
+/// What a node answers a consumer's fetch of `partition` at `offset`, but the records.
+fn fetch_answer(address: SocketAddr, partition: i32, offset: i64) -> String {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::FetchRequest;
+    let request = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(TOPIC))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]);
+    let answer = Client::try_connect_to(address, CONNECT_TIMEOUT, METADATA_TIMEOUT)
+        .and_then(|mut client| client.try_call(12, RequestKind::Fetch(request)));
+    match answer {
+        Ok(ResponseKind::Fetch(answer)) => {
+            let data = &answer.responses[0].partitions[0];
+            format!(
+                "{} (high watermark {}, log start {}, {} bytes of records)",
+                error_name(data.error_code),
+                data.high_watermark,
+                data.log_start_offset,
+                data.records.as_ref().map_or(0, Bytes::len)
+            )
+        }
+        Ok(other) => format!("{other:?}"),
+        Err(error) => format!("no answer ({error})"),
+    }
 }
 
 /// A writer's writes that were not acknowledged, in runs of the same answer from the same
@@ -827,7 +928,11 @@ fn entries(batches: &[Bytes]) -> Vec<Entry> {
     entries
 }
 
+/// The name of a Kafka error code, "no error" for 0.
 fn error_name(code: i16) -> String {
+    if code == 0 {
+        return "no error".into();
+    }
     ResponseError::try_from_code(code).map_or_else(|| format!("error {code}"), |e| format!("{e:?}"))
 }
 

@@ -13,20 +13,23 @@ use super::{try_fetch_at, values, Client};
 /// Every batch the leader serves of `topic`-`partition` (up to its high watermark), in
 /// offset order, as it sends them.
 pub fn served_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<Bytes> {
-    try_served_batches(client, topic, partition)
-        .unwrap_or_else(|code| panic!("fetching {topic}-{partition}: error {code}"))
+    try_served_batches(client, topic, partition).unwrap_or_else(|(offset, code)| {
+        panic!("fetching {topic}-{partition} at {offset}: error {code}")
+    })
 }
 
-/// As [`served_batches`], the partition's error code if a fetch is refused (the node no
+/// As [`served_batches`], the offset and error code of a fetch that is refused (the node no
 /// longer leads, say).
 pub fn try_served_batches(
     client: &mut Client,
     topic: &str,
     partition: i32,
-) -> Result<Vec<Bytes>, i16> {
+) -> Result<Vec<Bytes>, (i64, i16)> {
     let mut batches = Vec::new();
     let mut offset = 0;
-    while let Some(records) = try_fetch_at(client, topic, partition, offset)? {
+    while let Some(records) =
+        try_fetch_at(client, topic, partition, offset).map_err(|code| (offset, code))?
+    {
         let whole = split_batches(&records);
         assert!(
             !whole.is_empty(),
@@ -98,6 +101,44 @@ pub fn wait_same_log(id: i32, dir: &Path, topic: &str, partition: i32, served: &
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The shape of a log: how many batches, the offsets they span, where offsets jump or go
+/// back between batches, and where the leader epoch changes.
+pub fn outline(batches: &[Bytes]) -> String {
+    let headers: Vec<_> = batches
+        .iter()
+        .map(|batch| storage::batch::check_batch(batch).expect("a valid batch"))
+        .collect();
+    let (Some(first), Some(last)) = (headers.first(), headers.last()) else {
+        return "no batches".into();
+    };
+    let mut notes = Vec::new();
+    for pair in headers.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        if after.base_offset != before.last_offset() + 1 {
+            notes.push(format!(
+                "offsets jump from {} to {}",
+                before.last_offset(),
+                after.base_offset
+            ));
+        }
+        if after.partition_leader_epoch != before.partition_leader_epoch {
+            notes.push(format!(
+                "epoch {} from {}",
+                after.partition_leader_epoch, after.base_offset
+            ));
+        }
+    }
+    format!(
+        "{} batches, offsets {}..={}, epoch {} from {}; {}",
+        headers.len(),
+        first.base_offset,
+        last.last_offset(),
+        first.partition_leader_epoch,
+        first.base_offset,
+        notes.join(", ")
+    )
 }
 
 /// One line per batch: offsets, leader epoch, CRC and record values.
