@@ -46,8 +46,9 @@
 //! the same seed draws the same schedule (kinds, victims as drawn, durations, quiet times)
 //! and the same acks for each write, though not the same timing: which node leads when a
 //! fault comes, and how the writes interleave with it, vary from run to run.
-//! Every wait is bounded. Without root or iproute2 the test says why and passes, except
-//! under CI (`CI` set), where it fails.
+//! A node whose process ends when no fault killed it (a crash) fails the run at once, with
+//! its exit status and the end of its log. Every wait is bounded. Without root or iproute2
+//! the test says why and passes, except under CI (`CI` set), where it fails.
 
 mod common;
 
