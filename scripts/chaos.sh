@@ -14,7 +14,8 @@
 # blackhole routes between them; the test sets and restores net.ipv4.ip_forward), iproute2's
 # `ip` (`apt-get install iproute2`), and cargo to build the test (debug profile, as
 # `cargo test` builds it; CARGO_TARGET_DIR is honoured). The run prints a line per fault as
-# it goes; a few hundred MB of /tmp hold the nodes' logs for an hour's run.
+# it goes. An hour's run keeps about 3 million records on each of the three nodes: about
+# 1 GB of /tmp, and a few hundred MB of memory for the check at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
