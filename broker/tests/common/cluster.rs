@@ -203,7 +203,12 @@ pub fn account(client: &mut Client) -> String {
     let ResponseKind::Metadata(answer) = client.call(12, RequestKind::Metadata(request)) else {
         unreachable!()
     };
-    let mut lines = vec![format!("brokers {:?}", broker_ids(&answer))];
+    account_of(&answer)
+}
+
+/// The account of a Metadata answer for everything (see [`account`]).
+pub fn account_of(answer: &MetadataResponse) -> String {
+    let mut lines = vec![format!("brokers {:?}", broker_ids(answer))];
     for topic in &answer.topics {
         for p in &topic.partitions {
             lines.push(format!(

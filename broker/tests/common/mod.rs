@@ -9,6 +9,8 @@
 
 pub mod cluster;
 pub mod launch;
+pub mod logs;
+pub mod netns;
 pub mod replicated;
 
 use std::io::{Read, Write};
@@ -216,16 +218,25 @@ impl Client {
     }
 
     pub fn connect_to(address: SocketAddr) -> Client {
-        let stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
-            .unwrap_or_else(|e| panic!("connect to {address}: {e}"));
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
-        Client {
+        Client::try_connect_to(address, CONNECT_TIMEOUT, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("connect to {address}: {e}"))
+    }
+
+    /// Connects within `connect_timeout`, or the error; a read or a write of this client
+    /// fails after `io_timeout` (for a client of a node that may be down or frozen).
+    pub fn try_connect_to(
+        address: SocketAddr,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+    ) -> std::io::Result<Client> {
+        let stream = TcpStream::connect_timeout(&address, connect_timeout)?;
+        stream.set_read_timeout(Some(io_timeout))?;
+        stream.set_write_timeout(Some(io_timeout))?;
+        Ok(Client {
             stream,
             correlation_id: 0,
             awaited: Default::default(),
-        }
+        })
     }
 
     /// Sends `request` at `version` and decodes the answer; panics if the node closes.
@@ -235,7 +246,30 @@ impl Client {
         self.receive(api_key, version)
     }
 
+    /// As [`Client::call`], but a node that closes the connection or does not answer in
+    /// time is the error (`TimedOut` or `WouldBlock` for the latter), not a panic. The
+    /// client is of no further use after an error.
+    pub fn try_call(
+        &mut self,
+        version: i16,
+        request: RequestKind,
+    ) -> std::io::Result<ResponseKind> {
+        let api_key = api_key_of(&request).expect("the harness frames this request");
+        self.try_send(api_key, version, &request)?;
+        self.try_receive(api_key, version)
+    }
+
     pub fn send(&mut self, api_key: ApiKey, version: i16, request: &RequestKind) {
+        self.try_send(api_key, version, request).expect("write");
+    }
+
+    /// As [`Client::send`]; the error if the write fails.
+    pub fn try_send(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        request: &RequestKind,
+    ) -> std::io::Result<()> {
         assert_eq!(api_key_of(request).ok(), Some(api_key), "{request:?}");
         self.correlation_id += 1;
         let mut frame = BytesMut::new();
@@ -248,7 +282,7 @@ impl Client {
         )
         .expect("request encodes");
         self.awaited.push_back(self.correlation_id);
-        self.stream.write_all(&frame).expect("write");
+        self.stream.write_all(&frame)
     }
 
     /// Sends a request the node does not answer (Produce with acks=0).
@@ -266,24 +300,33 @@ impl Client {
     }
 
     pub fn receive(&mut self, api_key: ApiKey, version: i16) -> ResponseKind {
-        let frame = self.receive_frame().unwrap_or_else(|| {
+        self.try_receive(api_key, version).unwrap_or_else(|_| {
             panic!("the node closed the connection instead of answering {api_key:?} v{version}")
-        });
+        })
+    }
+
+    /// As [`Client::receive`]; the error if the connection ends or the read times out.
+    pub fn try_receive(&mut self, api_key: ApiKey, version: i16) -> std::io::Result<ResponseKind> {
+        let frame = self.try_receive_frame()?;
         let (correlation_id, response) =
             decode_response_kind(frame, api_key, version).expect("response decodes");
         let expected = self.awaited.pop_front().expect("an answer was awaited");
         assert_eq!(correlation_id, expected, "answers arrive in request order");
-        response
+        Ok(response)
     }
 
     /// The next frame, or `None` when the node closed the connection.
     pub fn receive_frame(&mut self) -> Option<Bytes> {
+        self.try_receive_frame().ok()
+    }
+
+    fn try_receive_frame(&mut self) -> std::io::Result<Bytes> {
         let mut length = [0u8; 4];
-        self.stream.read_exact(&mut length).ok()?;
+        self.stream.read_exact(&mut length)?;
         let size = frame_size(length).expect("the node sent a frame of a sane size");
         let mut body = vec![0u8; size];
-        self.stream.read_exact(&mut body).ok()?;
-        Some(Bytes::from(body))
+        self.stream.read_exact(&mut body)?;
+        Ok(Bytes::from(body))
     }
 
     /// True once the node has closed the connection (reads end), within `timeout`.
@@ -490,6 +533,17 @@ pub fn read_batches(client: &mut Client, topic: &str, partition: i32) -> Vec<(i6
 
 /// The batches a Fetch at `offset` returns, or `None` at the high watermark.
 pub fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -> Option<Bytes> {
+    try_fetch_at(client, topic, partition, offset)
+        .unwrap_or_else(|code| panic!("fetch at {offset}: error {code}"))
+}
+
+/// As [`fetch_at`], the partition's error code if the node refuses (not the leader, say).
+pub fn try_fetch_at(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<Option<Bytes>, i16> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::FetchRequest;
     let request = FetchRequest::default()
@@ -506,9 +560,11 @@ pub fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -
         unreachable!()
     };
     let data = &answer.responses[0].partitions[0];
-    assert_eq!(data.error_code, 0, "fetch at {offset}");
+    if data.error_code != 0 {
+        return Err(data.error_code);
+    }
     let records = data.records.clone().unwrap_or_default();
-    (offset < data.high_watermark && !records.is_empty()).then_some(records)
+    Ok((offset < data.high_watermark && !records.is_empty()).then_some(records))
 }
 
 /// Every record of a partition, batch by batch, in offset order, checking offsets are
