@@ -143,6 +143,11 @@ pub struct LoadArgs {
     /// Seed of the payload bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Records carry keys from a space of N (8 ASCII digits, 00000000 to N-1, in turn on
+    /// each producer connection), so that keys repeat, as a compacted topic needs (it refuses
+    /// records without key); by default keys are null.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=crate::encode::KEYS_MAX))]
+    pub keys: Option<u64>,
     /// Idempotent producers, as Kafka's clients run by default: each connection takes a
     /// producer id (InitProducerId) and numbers its records per partition.
     #[arg(long)]
@@ -344,6 +349,8 @@ mod tests {
             "retention.bytes=1000",
             "--topic-config",
             "segment.ms=a=b",
+            "--keys",
+            "100",
         ])
         .expect("parses");
         let Command::Produce(p) = cli.command else {
@@ -355,6 +362,9 @@ mod tests {
             (-1, 1024, Some(1000.0))
         );
         assert!(p.dry_run);
+        assert_eq!(p.load.keys, Some(100));
+        let no_keys = ["ringlog-bench", "produce", "--keys", "0"];
+        assert!(Cli::try_parse_from(no_keys).is_err());
         let spec = p.common.topic_spec();
         assert_eq!(
             spec.configs,

@@ -6,7 +6,11 @@
 //!   reuse their scratch buffer; lz4_flex's frame encoder allocates its tables once per batch).
 //! - A finished batch is byte-exact Kafka v2 (magic 2): base offset 0, partition leader epoch -1,
 //!   no producer id, CRC-32C over attributes..end. Record timestamps equal the batch base
-//!   timestamp (delta 0), keys are null, records carry no headers.
+//!   timestamp (delta 0), keys are null unless the builder has a key space (`with_keys`),
+//!   records carry no headers.
+//! - With a key space of N keys, record i of a builder's life has key `i mod N` as
+//!   `KEY_BYTES` ASCII digits, so every key comes back after N records (a compacted topic
+//!   has something to clean, and refuses records without key).
 //! - The batch sits at `HEADROOM_BYTES` in the buffer so that `frame_produce` can write the
 //!   request size, header and body prefix right before it: the batch bytes are never copied.
 //! - A batch holds at least one record even if that record alone exceeds `batch_bytes_max`.
@@ -29,6 +33,10 @@ const TAIL_BYTES: usize = 3;
 const TEMPLATES: usize = 64;
 /// Memory for compressed record sections kept for reuse, per builder.
 const LZ4_MEMO_BYTES_MAX: usize = 16 << 20;
+/// A record's key, when the builder has a key space: its number in zero-padded decimal.
+pub const KEY_BYTES: usize = 8;
+/// Keys that `KEY_BYTES` digits can number.
+pub const KEYS_MAX: u64 = 100_000_000;
 /// v2 batch header: base offset .. records count.
 pub const BATCH_HEADER_BYTES: usize = 61;
 const CRC_OFFSET: usize = 17;
@@ -106,6 +114,26 @@ pub struct BatchBuilder {
     /// Producer id, epoch and base sequence written into the next finished batch; all -1
     /// for a producer that is not idempotent.
     producer: (i64, i16, i32),
+    /// The key space and the next key's number; `None`: null keys.
+    keys: Option<KeyCycle>,
+}
+
+/// Keys `0..count` in turn.
+#[derive(Clone, Copy, Debug)]
+struct KeyCycle {
+    count: u64,
+    next: u64,
+}
+
+/// `key` as `KEY_BYTES` zero-padded decimal digits.
+#[inline]
+fn key_digits(mut key: u64) -> [u8; KEY_BYTES] {
+    let mut digits = [b'0'; KEY_BYTES];
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (key % 10) as u8;
+        key /= 10;
+    }
+    digits
 }
 
 impl BatchBuilder {
@@ -122,9 +150,18 @@ impl BatchBuilder {
             lz4_memo: HashMap::new(),
             lz4_memo_bytes: 0,
             producer: (-1, -1, -1),
+            keys: None,
         };
         builder.reset(0);
         builder
+    }
+
+    /// Records carry keys `0..count` in turn (`None`: null keys). `count` is at most
+    /// `KEYS_MAX`.
+    pub fn with_keys(mut self, count: Option<u64>) -> Self {
+        assert!(count.is_none_or(|n| (1..=KEYS_MAX).contains(&n)));
+        self.keys = count.map(|count| KeyCycle { count, next: 0 });
+        self
     }
 
     /// Starts a new, empty batch whose records are all stamped `base_timestamp_ms`.
@@ -145,37 +182,52 @@ impl BatchBuilder {
         }
     }
 
-    /// Size of one record carrying a value of `value_len` bytes at `offset_delta`.
+    /// Size of one record carrying a key of `key_len` bytes (0: null) and a value of
+    /// `value_len` bytes at `offset_delta`.
     #[inline]
-    fn record_bytes(offset_delta: i32, value_len: usize) -> (usize, usize) {
-        // attributes(1) + timestamp delta(1: zero) + offset delta + key length(1: null)
-        // + value length + value + header count(1: zero)
+    fn record_bytes(offset_delta: i32, key_len: usize, value_len: usize) -> (usize, usize) {
+        // attributes(1) + timestamp delta(1: zero) + offset delta + key length(1: null or
+        // KEY_BYTES) + key + value length + value + header count(1: zero)
         let body = 1
             + 1
             + uvarint_len(zigzag32(offset_delta))
             + 1
+            + key_len
             + uvarint_len(zigzag32(value_len as i32))
             + value_len
             + 1;
         (body, uvarint_len(zigzag32(body as i32)) + body)
     }
 
-    /// Appends a record with a null key and `value`; returns false (and appends nothing) when
-    /// the record would push a non-empty batch past `batch_bytes_max`.
+    /// Appends a record with the next key of the key space (or a null key) and `value`;
+    /// returns false (and appends nothing, the key staying next) when the record would push
+    /// a non-empty batch past `batch_bytes_max`.
     #[inline]
     pub fn try_append(&mut self, value: &[u8]) -> bool {
         let offset_delta = self.record_count;
-        let (body_bytes, total_bytes) = Self::record_bytes(offset_delta, value.len());
+        let key_len = if self.keys.is_some() { KEY_BYTES } else { 0 };
+        let (body_bytes, total_bytes) = Self::record_bytes(offset_delta, key_len, value.len());
         if self.record_count > 0 && self.batch_bytes() + total_bytes > self.batch_bytes_max {
             return false;
         }
-        let mut head = [0u8; 24];
+        let mut head = [0u8; 24 + KEY_BYTES];
         let mut pos = put_uvarint(&mut head, 0, zigzag32(body_bytes as i32));
         head[pos] = 0; // record attributes
         head[pos + 1] = 0; // timestamp delta
         pos = put_uvarint(&mut head, pos + 2, zigzag32(offset_delta));
-        head[pos] = 1; // key length -1 (null), zigzag
-        pos = put_uvarint(&mut head, pos + 1, zigzag32(value.len() as i32));
+        match &mut self.keys {
+            None => {
+                head[pos] = 1; // key length -1 (null), zigzag
+                pos += 1;
+            }
+            Some(keys) => {
+                head[pos] = zigzag32(KEY_BYTES as i32) as u8;
+                head[pos + 1..pos + 1 + KEY_BYTES].copy_from_slice(&key_digits(keys.next));
+                pos += 1 + KEY_BYTES;
+                keys.next = (keys.next + 1) % keys.count;
+            }
+        }
+        pos = put_uvarint(&mut head, pos, zigzag32(value.len() as i32));
         let out = match self.compression {
             Compression::None => &mut self.buf,
             Compression::Lz4 => &mut self.scratch,
@@ -227,7 +279,11 @@ impl BatchBuilder {
     /// section was compressed before, else compressed now (and kept, within the budget).
     fn compress_records(&mut self) {
         self.buf.truncate(HEADROOM_BYTES + BATCH_HEADER_BYTES);
-        let key = self.template_start.map(|start| (start, self.record_count));
+        // Keyed records differ from one batch to the next even from the same template.
+        let key = self
+            .template_start
+            .filter(|_| self.keys.is_none())
+            .map(|start| (start, self.record_count));
         if let Some(frame) = key.and_then(|key| self.lz4_memo.get(&key)) {
             self.buf.extend_from_slice(frame);
             return;
@@ -549,6 +605,35 @@ mod tests {
             .records
             .iter()
             .all(|r| (r.producer_id, r.producer_epoch) == (77, 2)));
+    }
+
+    #[test]
+    fn keyed_records_cycle_through_the_key_space() {
+        for compression in [Compression::None, Compression::Lz4] {
+            let mut pool = PayloadPool::new(100, true, 5);
+            let mut builder = BatchBuilder::new(2048, compression).with_keys(Some(7));
+            let mut keys = Vec::new();
+            for round in 0..3 {
+                builder.reset(round);
+                let n = fill_batch(&mut builder, &mut pool, u64::MAX);
+                assert!(n > 7, "{n} records of about 110 bytes in 2 KiB");
+                assert!(builder.batch_bytes() <= 2048);
+                let set = decode(builder.finish());
+                assert_eq!(set.records.len() as u64, n);
+                for record in &set.records {
+                    assert_eq!(record.value.as_ref().map(|v| v.len()), Some(100));
+                    let key = record.key.clone().expect("a key");
+                    keys.push(String::from_utf8(key.to_vec()).expect("ascii"));
+                }
+            }
+            let expected: Vec<String> = (0..keys.len()).map(|i| format!("{:08}", i % 7)).collect();
+            assert_eq!(
+                keys, expected,
+                "{compression:?}: keys in turn across batches"
+            );
+        }
+        assert_eq!(key_digits(KEYS_MAX - 1), *b"99999999");
+        assert_eq!(key_digits(42), *b"00000042");
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct Plan {
     pub idempotent: bool,
     /// Send every Nth batch twice (idempotent only), counting the copies the broker refused.
     pub resend_every: Option<u64>,
+    /// Records carry keys from a space of this many (`None`: null keys).
+    pub keys: Option<u64>,
 }
 
 impl Plan {
@@ -73,6 +75,7 @@ impl Plan {
             timeline: Timeline::new(load.warmup, load.run_time()),
             idempotent: load.idempotent,
             resend_every: load.resend_every,
+            keys: load.keys,
         }
     }
 }
@@ -506,6 +509,7 @@ pub(crate) mod tests {
             broker_pid: None,
             idempotent: false,
             resend_every: None,
+            keys: None,
         }
     }
 
@@ -573,6 +577,7 @@ pub(crate) mod tests {
             broker_pid: None,
             idempotent: false,
             resend_every: None,
+            keys: None,
         };
         let out = run("127.0.0.1:1", "t", &spec(1), 0, &load, true).expect("dry run");
         assert_eq!(out.summary.sent, 100_000);

@@ -22,7 +22,9 @@ use kafka_protocol::messages::ProduceRequest;
 use super::{Assignment, Plan, Tally, Timeline};
 use crate::cli::Payload;
 use crate::cores::Counters;
-use crate::encode::{fill_batch, fill_batch_stamped, BatchBuilder, PayloadPool, ProduceFraming};
+use crate::encode::{
+    fill_batch, fill_batch_stamped, BatchBuilder, PayloadPool, ProduceFraming, KEY_BYTES,
+};
 use crate::kafka::{self, error_name, CLIENT_ID};
 use crate::pacing::{clock, Pacer};
 use crate::report;
@@ -39,7 +41,7 @@ fn new_pool(plan: &Plan, a: &Assignment) -> PayloadPool {
 pub(super) async fn dry_run_producer(plan: &Plan, a: &Assignment, counters: &Counters) -> Tally {
     let mut t = Tally::new();
     let mut pool = new_pool(plan, a);
-    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
+    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression).with_keys(plan.keys);
     let mut framing = ProduceFraming::new(9, CLIENT_ID, plan.acks, 30_000, &plan.topic);
     let tl = plan.timeline;
     while clock::now_ns() < tl.start_ns {
@@ -158,7 +160,7 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
 
     let mut pool = new_pool(plan, a);
     let mut stamped = Vec::with_capacity(plan.message_bytes);
-    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression);
+    let mut builder = BatchBuilder::new(plan.batch_bytes, plan.compression).with_keys(plan.keys);
     let mut framing = ProduceFraming::new(
         version,
         CLIENT_ID,
@@ -166,7 +168,8 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
         plan.request_timeout_ms,
         &plan.topic,
     );
-    let record_bytes_estimate = plan.message_bytes + 8;
+    let key_bytes = if plan.keys.is_some() { KEY_BYTES } else { 0 };
+    let record_bytes_estimate = plan.message_bytes + key_bytes + 8;
     let per_batch = ((plan.batch_bytes.saturating_sub(61)) / record_bytes_estimate).max(1) as u64;
     let linger_ns = plan.linger.as_nanos() as u64;
     let tl = plan.timeline;

@@ -96,6 +96,9 @@ impl Default for CleanPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CleanStats {
     pub segments_rewritten: usize,
+    /// Bytes of the segments the round read to rewrite, whether they changed or not (Kafka's
+    /// "MB of log processed"; the offset map's reads of the dirty part come on top).
+    pub bytes_read: u64,
     /// Sizes of the rewritten segments before and after.
     pub bytes_before: u64,
     pub bytes_after: u64,
@@ -529,6 +532,7 @@ impl Log {
                 due_ms = Some(due_ms.map_or(deletes_due_ms, |due| due.min(deletes_due_ms)));
             }
         }
+        stats.bytes_read += group.iter().map(|c| c.size_bytes).sum::<u64>();
         if !changed {
             drop(output);
             remove_file_if_present(&cleaned_log)?;

@@ -133,6 +133,10 @@ fn cleaning_keeps_the_latest_value_of_each_key_at_its_offset() {
             std::thread::sleep(std::time::Duration::from_millis(20));
             let stats = clean(&log, now.get()).await;
             assert_eq!(stats.segments_rewritten, 4, "{mode:?}");
+            assert_eq!(
+                stats.bytes_read, stats.bytes_before,
+                "{mode:?}: all four read"
+            );
             let logs = files_ending(dir.path(), ".log");
             assert_eq!(
                 logs.len(),
@@ -267,6 +271,7 @@ fn a_second_clean_of_an_unchanged_log_is_a_no_op() {
             let again = clean(&log, now.get()).await;
             assert_eq!(again.segments_rewritten, 0, "{mode:?}");
             assert_eq!(again.keys, 0, "{mode:?}: nothing read into a map");
+            assert_eq!(again.bytes_read, 0, "{mode:?}: nor rewritten");
             assert_eq!(log.cleanable(policy(), now.get()).dirty_bytes, 0);
             log.close().await.expect("close");
             drop(log);
