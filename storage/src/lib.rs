@@ -61,6 +61,7 @@ mod compact;
 mod error;
 mod index;
 mod io;
+mod io_throttle;
 mod leader_epoch;
 mod log;
 mod producer_state;
@@ -103,6 +104,7 @@ pub use crate::checkpoint::{
 };
 pub use crate::error::{AppendError, ReadError, StorageError, TruncateError};
 pub use crate::io::IoMode;
+pub use crate::io_throttle::IoThrottle;
 pub use crate::log::{
     AppendInfo, CleanPolicy, CleanStats, Cleanable, Deleted, DiskReads, DiskWrites, Log, LogConfig,
     ReadResult, WriteProgress,

@@ -53,6 +53,7 @@ use crate::checkpoint::{encode_lines, parse_lines, read_text, write_atomically};
 use crate::compact::{filter_batch, for_each_record, Filtered, OffsetMap};
 use crate::error::StorageError;
 use crate::io::{sync_dir, write_small_file, IoMode, SegmentFile};
+use crate::io_throttle::IoThrottle;
 use crate::segment::{segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 
 /// `<partition>/cleaner-offset-checkpoint`: `0 | 1 | <first dirty offset> <tombstones due ms>`
@@ -288,6 +289,7 @@ impl Log {
         &self,
         policy: CleanPolicy,
         now_ms: i64,
+        throttle: &IoThrottle,
     ) -> Result<CleanStats, StorageError> {
         let inner = &*self.inner;
         let (candidates, first_dirty, truncations) = {
@@ -323,7 +325,7 @@ impl Log {
             ..CleanStats::default()
         };
         let map_end = match self
-            .build_offset_map(&candidates, first_dirty, &mut map)
+            .build_offset_map(&candidates, first_dirty, &mut map, throttle)
             .await
         {
             Ok(map_end) => map_end,
@@ -339,6 +341,7 @@ impl Log {
                 now_ms,
                 map: &map,
                 truncations,
+                throttle,
             };
             match self.clean_group(group, &round, &mut stats).await {
                 Ok(Some(due_ms)) => tombstones_due_ms = tombstones_due_ms.min(due_ms),
@@ -399,6 +402,7 @@ impl Log {
         candidates: &[Candidate],
         first_dirty: i64,
         map: &mut OffsetMap,
+        throttle: &IoThrottle,
     ) -> Result<i64, StorageError> {
         let inner = &*self.inner;
         let mut covered = first_dirty;
@@ -422,6 +426,7 @@ impl Log {
                     });
                 }
                 position += total_bytes as u64;
+                throttle.moved(total_bytes).await;
                 // Decompressing and hashing are the cleaner's CPU: let others run between.
                 glommio::yield_if_needed().await;
             }
@@ -469,6 +474,7 @@ impl Log {
                     .bytes(inner, member_base, position, total_bytes)
                     .await?;
                 position += total_bytes as u64;
+                round.throttle.moved(total_bytes).await;
                 glommio::yield_if_needed().await;
                 // An idempotent producer's batch stays, empty if need be, while the producer
                 // state remembers it: a replay of the log must find it again (Kafka keeps the
@@ -526,6 +532,7 @@ impl Log {
                     let len = bytes.len() as u64;
                     output.write_buffered(bytes, pending_position).await?;
                     pending_position += len;
+                    round.throttle.moved(len as usize).await;
                 }
             }
             if tombstone_kept {
@@ -715,6 +722,8 @@ struct Round<'a> {
     now_ms: i64,
     map: &'a OffsetMap,
     truncations: u64,
+    /// log.cleaner.io.max.bytes.per.second (this log's cleaner's share): reads and writes.
+    throttle: &'a IoThrottle,
 }
 
 /// The cleaner's state as its checkpoint in `dir` recorded it (defaults without one).

@@ -8,7 +8,7 @@
 use super::*;
 use crate::compact::test_records::{decode_records, encode_keyed_batch, Decoded, KeyedBatch};
 use crate::log::{CleanStep, STOP_AT};
-use crate::{CleanPolicy, CleanStats};
+use crate::{CleanPolicy, CleanStats, IoThrottle};
 use proptest::prelude::*;
 
 /// Timestamps of the batches these tests append.
@@ -77,7 +77,9 @@ fn policy() -> CleanPolicy {
 }
 
 async fn clean(log: &Log, now_ms: i64) -> CleanStats {
-    log.clean(policy(), now_ms).await.expect("clean")
+    log.clean(policy(), now_ms, &IoThrottle::unlimited())
+        .await
+        .expect("clean")
 }
 
 fn files_ending(dir: &Path, suffix: &str) -> Vec<String> {
@@ -178,6 +180,36 @@ fn cleaning_keeps_the_latest_value_of_each_key_at_its_offset() {
 }
 
 #[test]
+fn a_throttled_cleaning_moves_no_faster_than_its_rate() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), rolling(mode)).await;
+            let now = Cell::new(T0);
+            append_rolled(&log, &users(), &now).await;
+            // About a quarter of a second for each pass over the segments.
+            let rate = 4.0 * log.size_bytes() as f64;
+            let throttle = IoThrottle::new(rate);
+            let started = std::time::Instant::now();
+            let stats = log
+                .clean(policy(), now.get(), &throttle)
+                .await
+                .expect("clean");
+            let elapsed = started.elapsed().as_secs_f64();
+            assert_eq!(stats.segments_rewritten, 4, "{mode:?}");
+            // Every segment is read twice: into the offset map (all of it is dirty), then
+            // to rewrite it; 20 ms is the throttle's slack.
+            let floor = 2.0 * stats.bytes_read as f64 / rate - 0.020;
+            assert!(
+                elapsed >= floor,
+                "{mode:?}: {elapsed} s, at least {floor} s"
+            );
+            assert_eq!(records(&log).await, latest_users(), "{mode:?}");
+        });
+    }
+}
+
+#[test]
 fn tombstones_go_only_after_delete_retention() {
     for mode in modes() {
         run(move || async move {
@@ -194,7 +226,10 @@ fn tombstones_go_only_after_delete_retention() {
                 delete_retention_ms: 1_000,
                 ..policy()
             };
-            let stats = log.clean(retention, T0 + 10).await.expect("clean");
+            let stats = log
+                .clean(retention, T0 + 10, &IoThrottle::unlimited())
+                .await
+                .expect("clean");
             assert_eq!(
                 stats.records_removed, 1,
                 "{mode:?}: A goes, its tombstone stays"
@@ -203,7 +238,10 @@ fn tombstones_go_only_after_delete_retention() {
                 records(&log).await,
                 vec![record(1, "user1", None), record(2, "user2", Some("X"))]
             );
-            let early = log.clean(retention, T0 + 500).await.expect("clean");
+            let early = log
+                .clean(retention, T0 + 500, &IoThrottle::unlimited())
+                .await
+                .expect("clean");
             assert_eq!(
                 early.segments_rewritten, 0,
                 "{mode:?}: the tombstone is not due"
@@ -214,7 +252,10 @@ fn tombstones_go_only_after_delete_retention() {
             log.close().await.expect("close");
             drop(log);
             let log = open(dir.path(), rolling(mode)).await;
-            let late = log.clean(retention, T0 + 1_001).await.expect("clean");
+            let late = log
+                .clean(retention, T0 + 1_001, &IoThrottle::unlimited())
+                .await
+                .expect("clean");
             assert_eq!(late.records_removed, 1, "{mode:?}: the tombstone goes");
             assert_eq!(records(&log).await, vec![record(2, "user2", Some("X"))]);
             assert!(!log.cleanable(retention, T0 + 5_000).tombstones_due);
@@ -348,7 +389,9 @@ async fn stopped_clean(dir: &Path, mode: IoMode, step: CleanStep) -> (Log, Cell<
     let now = Cell::new(T0);
     append_rolled(&log, &users(), &now).await;
     STOP_AT.set(Some(step));
-    let result = log.clean(policy(), now.get()).await;
+    let result = log
+        .clean(policy(), now.get(), &IoThrottle::unlimited())
+        .await;
     STOP_AT.set(None);
     assert!(result.is_err(), "{mode:?}: stopped at {step:?}");
     (log, now)
@@ -498,11 +541,16 @@ fn a_full_offset_map_cleans_up_to_where_it_reached() {
             dedupe_buffer_bytes: 64,
             ..policy()
         };
-        let first = log.clean(small, now.get()).await.expect("clean");
+        let first = log
+            .clean(small, now.get(), &IoThrottle::unlimited())
+            .await
+            .expect("clean");
         assert_eq!(first.first_dirty_offset, 2);
         let mut rounds = 1;
         while log.cleanable(small, now.get()).dirty_bytes > 0 {
-            log.clean(small, now.get()).await.expect("clean");
+            log.clean(small, now.get(), &IoThrottle::unlimited())
+                .await
+                .expect("clean");
             rounds += 1;
             assert!(rounds < 10);
         }
@@ -550,7 +598,7 @@ proptest! {
                 ..policy()
             };
             for _ in 0..batches.len() + 1 {
-                log.clean(policy, now.get()).await.expect("clean");
+                log.clean(policy, now.get(), &IoThrottle::unlimited()).await.expect("clean");
             }
             let mut expected: Vec<(i64, String, Option<String>)> = latest
                 .into_iter()
