@@ -32,7 +32,8 @@
 # The disk is measured before the first run and after the last (scripts/durable_append.py
 # --write-only, 64 KiB O_DIRECT writes from CPU 0, acks=1's bound).
 #
-# Environment: KEYS (default 1000), SEGMENT_BYTES (default 16777216), DURATION (default 10s),
+# Environment: CLEANER_IO (log.cleaner.io.max.bytes.per.second of the busy runs, bytes a
+# second for the node; default: Kafka's, no limit), KEYS (default 1000), SEGMENT_BYTES (default 16777216), DURATION (default 10s),
 # ACKS (default 1), OUT (default target/bench-reports/cleaner-<UTC time>: every run's JSON
 # summary and node log), PORT (default 19093), RINGLOG_BIN and BENCH_BIN (default: release
 # builds, built if missing).
@@ -44,6 +45,7 @@ keys=${KEYS:-1000}
 segment_bytes=${SEGMENT_BYTES:-16777216}
 duration=${DURATION:-10s}
 acks=${ACKS:-1}
+cleaner_io=${CLEANER_IO:-1.7976931348623157E308}
 port=${PORT:-19093}
 quiet_busy_percent=${QUIET_BUSY_PERCENT:-10}
 target=${CARGO_TARGET_DIR:-$PWD/target}
@@ -106,6 +108,7 @@ run() { # name cleaner(true|false) bench-arguments...
     taskset -c 0 "$ringlog" serve --cores 1 --set "log.dirs=$dir" \
         --set "listeners=PLAINTEXT://127.0.0.1:$port" \
         --set log.cleaner.backoff.ms=100 --set "log.cleaner.enable=$cleaner" \
+        --set "log.cleaner.io.max.bytes.per.second=$cleaner_io" \
         >"$out/$name.log" 2>&1 &
     node=$!
     for _ in $(seq 300); do
@@ -193,7 +196,8 @@ else
     rate=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['msgs_per_s'] / 2))" \
         "$out/calibration.json")
 fi
-echo "rate: $rate msgs/s (open loop), keys $keys, segment.bytes $segment_bytes, acks $acks"
+echo "rate: $rate msgs/s (open loop), keys $keys, segment.bytes $segment_bytes, acks $acks," \
+    "log.cleaner.io.max.bytes.per.second $cleaner_io"
 for index in $(seq "$pairs"); do
     # Alternate which goes first, so that a drift of the machine falls on both.
     if [ $((index % 2)) = 1 ]; then order="busy idle"; else order="idle busy"; fi

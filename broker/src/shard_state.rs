@@ -15,7 +15,7 @@ use shard::{Notify, Router};
 use storage::{BatchCache, Log, LogConfig};
 use uuid::Uuid;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, CleanerSettings};
 use crate::controller::Controller;
 use crate::groups::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::listener::ConnectionCounts;
@@ -271,6 +271,17 @@ impl Shard {
                 .and_then(|value| value.parse::<u64>().ok())
                 .unwrap_or(throttle::UNLIMITED);
         throttle::shard_rate(rate, self.router.shard_count())
+    }
+
+    /// The cleaner's settings as the image gives them now (a value that no longer reads, which
+    /// the controller's checks keep out, falls back to the static configuration).
+    pub fn cleaner_settings(&self) -> CleanerSettings {
+        let image = self.image.borrow();
+        let node = self.config.node_id;
+        CleanerSettings::resolve(|key| {
+            crate::config::dynamic::broker_setting(&self.config, &image, node, key)
+        })
+        .unwrap_or(self.config.cleaner)
     }
 
     /// The settings of `topic` its partitions apply themselves.

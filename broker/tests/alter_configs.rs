@@ -6,16 +6,11 @@
 
 mod common;
 
-use common::{batch, create_topic, produce, Client, Node};
+use common::{alter_resource, batch, create_topic, produce, Client, Node};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
-use kafka_protocol::messages::{
-    DescribeConfigsRequest, IncrementalAlterConfigsRequest, RequestKind, ResponseKind,
-};
+use kafka_protocol::messages::{DescribeConfigsRequest, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 const SET: i8 = 0;
@@ -30,36 +25,6 @@ fn code(error: ResponseError) -> i16 {
 /// DescribeConfigs and IncrementalAlterConfigs resource types.
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
-
-/// Alters settings of resource `kind` `name`; the resource's error code.
-fn alter_resource(
-    client: &mut Client,
-    (kind, name): (i8, &str),
-    ops: &[(&str, i8, Option<&str>)],
-    validate_only: bool,
-) -> i16 {
-    let configs = ops
-        .iter()
-        .map(|(name, op, value)| {
-            AlterableConfig::default()
-                .with_name(StrBytes::from_string(name.to_string()))
-                .with_config_operation(*op)
-                .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
-        })
-        .collect();
-    let request = IncrementalAlterConfigsRequest::default()
-        .with_validate_only(validate_only)
-        .with_resources(vec![AlterConfigsResource::default()
-            .with_resource_type(kind)
-            .with_resource_name(StrBytes::from_string(name.to_string()))
-            .with_configs(configs)]);
-    let ResponseKind::IncrementalAlterConfigs(answer) =
-        client.call(1, RequestKind::IncrementalAlterConfigs(request))
-    else {
-        unreachable!()
-    };
-    answer.responses[0].error_code
-}
 
 /// Alters settings of `topic`; the resource's error code.
 fn alter(
@@ -410,6 +375,40 @@ fn a_dynamic_default_reaches_open_logs_without_a_restart() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+#[test]
+fn the_cleaners_settings_are_described_with_their_sources() {
+    let node = Node::start(&["log.cleaner.backoff.ms=60000"]);
+    let mut client = node.connect();
+    let ops = [("log.cleaner.threads", SET, Some("2"))];
+    assert_eq!(alter_resource(&mut client, (BROKER, ""), &ops, false), 0);
+    let threads = describe(&mut client, (BROKER, "1"), "log.cleaner.threads");
+    assert!(!threads.read_only);
+    assert_eq!(
+        synonyms(&threads),
+        levels(&[
+            ("log.cleaner.threads", "2", 3),
+            ("log.cleaner.threads", "1", 5),
+        ])
+    );
+    let backoff = describe(&mut client, (BROKER, "1"), "log.cleaner.backoff.ms");
+    assert_eq!(
+        synonyms(&backoff),
+        levels(&[("log.cleaner.backoff.ms", "60000", 4)])
+    );
+    let rate = describe(
+        &mut client,
+        (BROKER, "1"),
+        "log.cleaner.io.max.bytes.per.second",
+    );
+    assert_eq!(
+        rate.value.as_deref().map(|v| v.to_string()),
+        Some("1.7976931348623157E308".to_string()),
+        "Kafka's no limit, as Java writes it"
+    );
+    let enable = describe(&mut client, (BROKER, "1"), "log.cleaner.enable");
+    assert!(enable.read_only, "read at start only");
 }
 
 #[test]

@@ -10,14 +10,20 @@
 //! `delete` topic is not. `__consumer_offsets` is compacted as well: six commits of one
 //! group's offset, each rolled into a segment of its own, leave two records, and the
 //! committed offset replays from them after a restart. A compacted topic refuses a batch
-//! holding a record without key, naming those records (KIP-467).
+//! holding a record without key, naming those records (KIP-467). The cleaner's own settings
+//! change at run time: a node whose cleaner sleeps for ten minutes cleans within seconds of
+//! a cluster-wide `log.cleaner.backoff.ms=100` (with two cleanings at once and a rate limit),
+//! and refuses `log.cleaner.threads=0` and a change of `log.cleaner.enable`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use common::{commit_offset, committed_offset, create_topic, fetch_at, produce, Client, Node};
+use common::{
+    alter_resource, commit_offset, committed_offset, create_topic, fetch_at, produce, Client, Node,
+};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -181,6 +187,50 @@ fn a_compacted_topic_keeps_the_latest_value_of_each_key() {
         produce(&mut client, "users", 0, keyed("user2", "Y"), 1),
         (0, 6)
     );
+}
+
+#[test]
+fn the_cleaners_settings_change_at_run_time() {
+    let node = Node::start(&["log.cleaner.backoff.ms=600000"]);
+    let mut client = node.connect();
+    let configs = [
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "100"),
+        ("segment.ms", "100"),
+        ("retention.ms", "-1"),
+    ];
+    for topic in ["users", "users-too"] {
+        create_topic(&mut client, topic, 1, &configs);
+        produce_users(&mut client, topic);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        read_records(&mut client, "users").len(),
+        6,
+        "not cleaned yet"
+    );
+
+    const SET: i8 = 0;
+    const BROKER: i8 = 4;
+    let refused = |client: &mut Client, key, value| {
+        alter_resource(client, (BROKER, ""), &[(key, SET, Some(value))], false)
+    };
+    assert_eq!(
+        refused(&mut client, "log.cleaner.threads", "0"),
+        ResponseError::InvalidConfig.code()
+    );
+    assert_eq!(
+        refused(&mut client, "log.cleaner.enable", "false"),
+        ResponseError::InvalidRequest.code()
+    );
+    let ops = [
+        ("log.cleaner.backoff.ms", SET, Some("100")),
+        ("log.cleaner.threads", SET, Some("2")),
+        ("log.cleaner.io.max.bytes.per.second", SET, Some("1000000")),
+    ];
+    assert_eq!(alter_resource(&mut client, (BROKER, ""), &ops, false), 0);
+    assert_eq!(wait_for(&mut client, "users", &latest()), latest());
+    assert_eq!(wait_for(&mut client, "users-too", &latest()), latest());
 }
 
 /// A standalone consumer's commit (generation -1) of `offset` for partition 0 of `topic`.

@@ -28,7 +28,7 @@ use common::cluster::{wait_for, Cluster};
 use common::replicated::{
     leaders_among, produce_round, wait_isr, wait_readable, with_topic, PARTITIONS, TOPIC,
 };
-use common::{batch, metadata, produce, read_values, topic_name, Client, Stopped};
+use common::{alter_resource, batch, metadata, produce, read_values, topic_name, Client, Stopped};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
@@ -37,12 +37,9 @@ use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, BrokerId, CreateTopicsRequest, ElectLeadersRequest,
-    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, RequestKind, ResponseKind,
+    ListPartitionReassignmentsRequest, RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -300,22 +297,12 @@ fn an_offline_partition_comes_back_only_by_an_unclean_election() {
     assert_eq!(again[&0], ResponseError::ElectionNotNeeded.code());
     // The other topic stays offline until it allows unclean elections.
     assert_eq!(partitions(&cluster, 3, configured)[&0].0, -1);
-    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
-        AlterConfigsResource::default()
-            .with_resource_type(2)
-            .with_resource_name(StrBytes::from_static_str(configured))
-            .with_configs(vec![AlterableConfig::default()
-                .with_name(StrBytes::from_static_str("unclean.leader.election.enable"))
-                .with_config_operation(0)
-                .with_value(Some(StrBytes::from_static_str("true")))]),
-    ]);
-    let ResponseKind::IncrementalAlterConfigs(answer) = cluster
-        .client(3)
-        .call(1, RequestKind::IncrementalAlterConfigs(request))
-    else {
-        unreachable!()
-    };
-    assert_eq!(answer.responses[0].error_code, 0);
+    let unclean = [("unclean.leader.election.enable", 0, Some("true"))];
+    let mut client = cluster.client(3);
+    assert_eq!(
+        alter_resource(&mut client, (2, configured), &unclean, false),
+        0
+    );
     wait_for(|| (partitions(&cluster, 3, configured)[&0].0 == 2).then_some(()));
 
     for topic in [asked, configured] {
@@ -545,33 +532,12 @@ fn replicas_are_placed_across_racks() {
 
 /// IncrementalAlterConfigs of resource `kind` `name` (2 topic, 4 broker): SET each
 /// `Some`, DELETE each `None`; the resource's error code.
-fn alter_configs(
-    cluster: &Cluster,
-    (kind, name): (i8, &str),
-    changes: &[(&str, Option<&str>)],
-) -> i16 {
-    let configs = changes
+fn alter_configs(cluster: &Cluster, resource: (i8, &str), changes: &[(&str, Option<&str>)]) -> i16 {
+    let ops: Vec<(&str, i8, Option<&str>)> = changes
         .iter()
-        .map(|(key, value)| {
-            AlterableConfig::default()
-                .with_name(StrBytes::from_string(key.to_string()))
-                .with_config_operation(if value.is_some() { 0 } else { 1 })
-                .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
-        })
+        .map(|(key, value)| (*key, if value.is_some() { 0 } else { 1 }, *value))
         .collect();
-    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
-        AlterConfigsResource::default()
-            .with_resource_type(kind)
-            .with_resource_name(StrBytes::from_string(name.to_string()))
-            .with_configs(configs),
-    ]);
-    let ResponseKind::IncrementalAlterConfigs(answer) = cluster
-        .client(1)
-        .call(1, RequestKind::IncrementalAlterConfigs(request))
-    else {
-        unreachable!()
-    };
-    answer.responses[0].error_code
+    alter_resource(&mut cluster.client(1), resource, &ops, false)
 }
 
 #[test]

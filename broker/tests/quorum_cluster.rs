@@ -13,19 +13,16 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use common::cluster::{broker_ids, wait_for, Cluster};
-use common::{batch, metadata, produce, read_values, topic_name, Client, Stopped};
+use common::{alter_resource, batch, metadata, produce, read_values, topic_name, Client, Stopped};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeQuorumRequest, IncrementalAlterConfigsRequest, RequestKind, ResponseKind,
+    DescribeQuorumRequest, RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -65,21 +62,7 @@ fn create_partitions(client: &mut Client, topic: &str, count: i32) -> i16 {
 
 /// IncrementalAlterConfigs SET of `key` on `topic`: the resource's error code.
 fn set_config(client: &mut Client, topic: &str, key: &str, value: &str) -> i16 {
-    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
-        AlterConfigsResource::default()
-            .with_resource_type(2)
-            .with_resource_name(StrBytes::from_string(topic.into()))
-            .with_configs(vec![AlterableConfig::default()
-                .with_name(StrBytes::from_string(key.into()))
-                .with_config_operation(0)
-                .with_value(Some(StrBytes::from_string(value.into())))]),
-    ]);
-    let ResponseKind::IncrementalAlterConfigs(answer) =
-        client.call(1, RequestKind::IncrementalAlterConfigs(request))
-    else {
-        unreachable!()
-    };
-    answer.responses[0].error_code
+    alter_resource(client, (2, topic), &[(key, 0, Some(value))], false)
 }
 
 /// The value DescribeConfigs gives `key` of `topic`.

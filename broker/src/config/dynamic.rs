@@ -8,7 +8,7 @@
 //! `--set`), Kafka's default. Only [`is_dynamic`] keys ever come from the image: every other
 //! broker setting is read-only at run time.
 
-use super::{BrokerConfig, DYNAMIC_ONLY_BROKER_CONFIGS, TOPIC_CONFIGS};
+use super::{cleaner, BrokerConfig, DYNAMIC_ONLY_BROKER_CONFIGS, TOPIC_CONFIGS};
 use crate::metadata::{MetadataImage, TopicMeta};
 
 /// Kafka's `ConfigSource` codes, as DescribeConfigs reports them.
@@ -34,11 +34,18 @@ pub struct Sourced {
 }
 
 /// Whether broker setting `broker_key` may change at run time: the broker defaults of topic
-/// settings, all of them in Kafka's dynamic list (`DynamicLogConfig`), and the settings that
-/// exist only at run time (the replication throttles' rates).
+/// settings, all of them in Kafka's dynamic list (`DynamicLogConfig`), the cleaner's
+/// settings but `log.cleaner.enable` (`config::cleaner`), and the settings that exist only
+/// at run time (the replication throttles' rates).
 pub fn is_dynamic(broker_key: &str) -> bool {
     TOPIC_CONFIGS.iter().any(|(_, key, _)| *key == broker_key)
+        || is_cleaner_setting(broker_key)
         || dynamic_only_default(broker_key).is_some()
+}
+
+/// Whether `broker_key` is one of the cleaner's dynamic settings.
+pub fn is_cleaner_setting(broker_key: &str) -> bool {
+    cleaner::DYNAMIC.iter().any(|(key, _)| *key == broker_key)
 }
 
 /// The default of a broker setting that exists only at run time.
@@ -81,8 +88,8 @@ pub fn broker_key_of(topic_key: &str) -> Option<&'static str> {
 
 /// The levels that may give broker setting `broker_key`, highest first: the dynamic value
 /// of broker `node_id`, the cluster-wide dynamic default, the static value, Kafka's default
-/// (the last two for topic defaults only: other settings are described from the static
-/// configuration as a whole).
+/// (the last two for topic defaults and the cleaner's settings only: other settings are
+/// described from the static configuration as a whole).
 fn broker_levels(
     config: &BrokerConfig,
     image: &MetadataImage,
@@ -108,6 +115,8 @@ fn broker_levels(
     .flatten()
     .collect();
     if let Some(value) = topic_key_of(broker_key).and_then(|key| config.topic_defaults.get(key)) {
+        levels.push(static_level(config, broker_key, value));
+    } else if let Some(value) = config.cleaner_static.get(broker_key) {
         levels.push(static_level(config, broker_key, value));
     } else if let Some(default) = dynamic_only_default(broker_key) {
         levels.push(Sourced {

@@ -16,11 +16,13 @@ use std::time::Duration;
 use storage::IoMode;
 use thiserror::Error;
 
+pub mod cleaner;
 pub mod dynamic;
 mod groups;
 mod replica;
 mod settings;
 
+pub use cleaner::CleanerSettings;
 pub use groups::GroupConfig;
 pub use replica::ReplicaFetchConfig;
 pub(crate) use settings::parse_properties;
@@ -108,11 +110,11 @@ pub struct BrokerConfig {
     pub retention_check_interval: Duration,
     /// `log.cleaner.enable`: compacted topics are cleaned (`cleanup.policy=compact`).
     pub cleaner_enable: bool,
-    /// `log.cleaner.backoff.ms`: the pause between two cleaning passes of a shard.
-    pub cleaner_backoff: Duration,
-    /// `log.cleaner.dedupe.buffer.size`: memory of the cleaners' offset maps, for the whole
-    /// node; each shard's cleaner takes an equal share.
-    pub cleaner_dedupe_buffer_bytes: usize,
+    /// The cleaner's settings as the static configuration gives them (`cleaner`); the
+    /// cleaner itself resolves them from the image, where they may have changed since.
+    pub cleaner: CleanerSettings,
+    /// The static value of each of `cleaner::DYNAMIC`, as given (or its default).
+    pub cleaner_static: BTreeMap<String, String>,
     pub message_bytes_max: usize,
     pub request_bytes_max: usize,
     /// Request bytes one shard holds at most, over all its connections.
@@ -249,7 +251,8 @@ pub const DYNAMIC_ONLY_BROKER_CONFIGS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Broker keys that are not topic defaults (beside `replica::KEYS` and `groups::KEYS`).
+/// Broker keys that are not topic defaults (beside `replica::KEYS`, `groups::KEYS` and
+/// `cleaner::KEYS`).
 const BROKER_KEYS: &[&str] = &[
     "node.id",
     "broker.id",
@@ -278,9 +281,6 @@ const BROKER_KEYS: &[&str] = &[
     "log.retention.hours",
     "log.retention.minutes",
     "log.retention.check.interval.ms",
-    "log.cleaner.enable",
-    "log.cleaner.backoff.ms",
-    "log.cleaner.dedupe.buffer.size",
     "producer.id.expiration.ms",
     "broker.heartbeat.interval.ms",
     "broker.session.timeout.ms",
@@ -292,7 +292,7 @@ const BROKER_KEYS: &[&str] = &[
 
 /// Whether `key` is a broker setting this node knows (static or dynamic).
 pub fn is_broker_key(key: &str) -> bool {
-    [BROKER_KEYS, replica::KEYS, groups::KEYS]
+    [BROKER_KEYS, replica::KEYS, groups::KEYS, cleaner::KEYS]
         .iter()
         .any(|keys| keys.contains(&key))
         || TOPIC_CONFIGS
@@ -448,13 +448,11 @@ impl BrokerConfig {
             retention_check_interval: settings
                 .positive_long_ms("log.retention.check.interval.ms", "300000")?,
             cleaner_enable: settings.boolean("log.cleaner.enable", "true")?,
-            cleaner_backoff: settings.positive_long_ms("log.cleaner.backoff.ms", "15000")?,
-            cleaner_dedupe_buffer_bytes: settings.number(
-                "log.cleaner.dedupe.buffer.size",
-                "134217728",
-                1 << 10,
-                usize::MAX / 2,
-            )?,
+            cleaner: CleanerSettings::read(&settings)?,
+            cleaner_static: cleaner::DYNAMIC
+                .iter()
+                .filter_map(|(key, _)| Some((key.to_string(), cleaner::static_value(raw, key)?)))
+                .collect(),
             message_bytes_max,
             request_bytes_max,
             queued_request_bytes_max,
@@ -645,6 +643,8 @@ impl BrokerConfig {
         for (key, default) in DYNAMIC_ONLY_BROKER_CONFIGS {
             out.push((key.to_string(), default.to_string()));
         }
+        out.extend(self.cleaner_static.clone());
+        out.push(("log.cleaner.enable".into(), self.cleaner_enable.to_string()));
         out.sort();
         out
     }

@@ -13,8 +13,10 @@ use std::rc::Rc;
 use kafka_protocol::error::ResponseError;
 
 use super::{validate_topic_config, validate_topic_config_name, Controller, Refusal};
-use crate::config::dynamic::{dynamic_only_default, is_dynamic, topic_key_of, CLUSTER_DEFAULT};
-use crate::config::is_broker_key;
+use crate::config::dynamic::{
+    dynamic_only_default, is_cleaner_setting, is_dynamic, topic_key_of, CLUSTER_DEFAULT,
+};
+use crate::config::{is_broker_key, CleanerSettings};
 use crate::metadata::records::{ConfigRecord, CONFIG_RESOURCE_BROKER, CONFIG_RESOURCE_TOPIC};
 use crate::metadata::MetadataRecord;
 use crate::shard_state::Shard;
@@ -157,6 +159,15 @@ fn check_broker_setting(key: &str, value: Option<&str>) -> Result<(), Refusal> {
             ))
         };
     }
+    if is_cleaner_setting(key) {
+        return match value.map(|value| CleanerSettings::check(key, value)) {
+            Some(Err(error)) => Err(Refusal::new(
+                ResponseError::InvalidConfig,
+                error.to_string(),
+            )),
+            _ => Ok(()),
+        };
+    }
     if let Some(topic_key) = topic_key_of(key).filter(|_| is_dynamic(key)) {
         return match value {
             Some(value) => validate_topic_config(topic_key, value).map_err(|refusal| {
@@ -203,6 +214,12 @@ mod tests {
         );
         assert!(check_broker_setting("leader.replication.throttled.rate", Some("1000")).is_ok());
         assert!(check_broker_setting("follower.replication.throttled.rate", Some("-1")).is_err());
+        assert!(check_broker_setting("log.cleaner.threads", Some("2")).is_ok());
+        assert!(check_broker_setting("log.cleaner.io.max.bytes.per.second", Some("1e6")).is_ok());
+        let threads = check_broker_setting("log.cleaner.threads", Some("0")).unwrap_err();
+        assert_eq!(threads.error_code, ResponseError::InvalidConfig.code());
+        let enable = check_broker_setting("log.cleaner.enable", Some("false")).unwrap_err();
+        assert_eq!(enable.error_code, ResponseError::InvalidRequest.code());
         let unknown = check_broker_setting("no.such.setting", Some("1")).unwrap_err();
         assert_eq!(unknown.error_code, ResponseError::InvalidConfig.code());
     }

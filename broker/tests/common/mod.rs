@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use client::frame::{api_key_of, decode_response_kind, encode_request_kind, frame_size};
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::{ApiKey, IncrementalAlterConfigsRequest, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 /// Where a node runs and takes clients.
@@ -707,6 +710,37 @@ pub fn committed_offset(
     }
     let found = &answer.topics[0].partitions[0];
     (found.error_code, found.committed_offset)
+}
+
+/// IncrementalAlterConfigs of resource `kind` `name` (2 a topic, 4 a broker, "" the
+/// cluster-wide default), ops `(name, operation, value)`; the resource's error code.
+pub fn alter_resource(
+    client: &mut Client,
+    (kind, name): (i8, &str),
+    ops: &[(&str, i8, Option<&str>)],
+    validate_only: bool,
+) -> i16 {
+    let configs = ops
+        .iter()
+        .map(|(name, op, value)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_config_operation(*op)
+                .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let request = IncrementalAlterConfigsRequest::default()
+        .with_validate_only(validate_only)
+        .with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configs(configs)]);
+    let ResponseKind::IncrementalAlterConfigs(answer) =
+        client.call(1, RequestKind::IncrementalAlterConfigs(request))
+    else {
+        unreachable!()
+    };
+    answer.responses[0].error_code
 }
 
 /// FindCoordinator of `group`: (error code, the coordinator's node id).
