@@ -211,12 +211,18 @@ async fn shard_main(
         .controller
         .is_some()
         .then(|| glommio::spawn_local(Controller::follow_forever(shard.clone())).detach());
-    if shard.controller.is_some() && shard.stopping.generation() == stopping {
-        // A shutdown under way stops the shards the new image is published to: they
-        // answer BROKER_NOT_AVAILABLE, and the node is stopping anyway.
+    if shard.controller.is_some() {
+        // Unfencing publishes the image to every shard, and a shard that a shutdown
+        // stopped may be gone before it reads it: a stop ends the wait. A shard that is
+        // stopping and still reads answers BROKER_NOT_AVAILABLE, which ends it too.
         let shutting_down = crate::errors::code(ResponseError::BrokerNotAvailable);
-        match Controller::unfence_local(&shard).await {
-            Err(refusal) if refusal.error_code != shutting_down => {
+        let unfenced = async { Some(Controller::unfence_local(&shard).await) };
+        let stop = async {
+            shard.stopping.changed_since(stopping).await;
+            None
+        };
+        match futures_lite::future::or(unfenced, stop).await {
+            Some(Err(refusal)) if refusal.error_code != shutting_down => {
                 anyhow::bail!("unfencing this broker: {}", refusal.message)
             }
             _ => {}
