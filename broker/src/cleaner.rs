@@ -83,8 +83,7 @@ pub async fn clean_once(shard: &Rc<Shard>, throttle: &Rc<IoThrottle>) -> CleanSt
     let cleaner = shard.cleaner_settings();
     let shards = shard.router.shard_count();
     throttle.set_rate(cleaner.io_share(shards));
-    let due: RefCell<Vec<Due>> = RefCell::new(due_partitions(shard, &cleaner));
-    let due = Rc::new(due);
+    let due = Rc::new(RefCell::new(due_partitions(shard, &cleaner)));
     let total = Rc::new(RefCell::new(CleanStats::default()));
     let threads = cleaner.threads.min(due.borrow().len());
     let queue = glommio::executor().current_task_queue();
