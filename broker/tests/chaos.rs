@@ -65,7 +65,7 @@ use common::cluster::{account_of, Cluster};
 use common::logs::{describe, outline, stored_batches, try_served_batches};
 use common::netns::{Network, NODES};
 use common::replicated::{create, states, PARTITIONS, TOPIC};
-use common::{batch, metadata, produce_request, topic_name, Client};
+use common::{batch, fetch_one, metadata, produce_request, topic_name, Client};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, RequestKind, ResponseKind};
@@ -836,18 +836,7 @@ fn fail_unreadable(cluster: &Cluster, partition: i32, refusal: Option<(i32, i64,
 
 /// What a node answers a consumer's fetch of `partition` at `offset`, but the records.
 fn fetch_answer(address: SocketAddr, partition: i32, offset: i64) -> String {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::FetchRequest;
-    let request = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20)])]);
+    let request = fetch_one(TOPIC, partition, offset, 0, 1 << 20);
     let answer = Client::try_connect_to(address, CONNECT_TIMEOUT, METADATA_TIMEOUT)
         .and_then(|mut client| client.try_call(12, RequestKind::Fetch(request)));
     match answer {

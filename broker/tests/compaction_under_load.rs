@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
 use common::{
-    create_topic, init_producer_id, produce, produce_answer, produce_request, topic_name, Client,
+    create_topic, fetch_one, init_producer_id, produce, produce_answer, produce_request, Client,
     Node,
 };
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
@@ -238,19 +238,7 @@ struct Fetched {
 }
 
 fn fetch(client: &mut Client, partition: i32, offset: i64, max_wait_ms: i32) -> Fetched {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::FetchRequest;
-    let request = FetchRequest::default()
-        .with_max_wait_ms(max_wait_ms)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(256 << 10)])]);
+    let request = fetch_one(TOPIC, partition, offset, max_wait_ms, 256 << 10);
     let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
         unreachable!()
     };

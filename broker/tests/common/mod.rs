@@ -540,6 +540,29 @@ pub fn fetch_at(client: &mut Client, topic: &str, partition: i32, offset: i64) -
         .unwrap_or_else(|code| panic!("fetch at {offset}: error {code}"))
 }
 
+/// A consumer's Fetch of one partition of `topic` at `offset`: waiting at most
+/// `max_wait_ms` for one byte, answering at most `max_bytes` (per partition and in all).
+pub fn fetch_one(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    max_bytes: i32,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    kafka_protocol::messages::FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(max_bytes)])])
+}
+
 /// As [`fetch_at`], the partition's error code if the node refuses (not the leader, say).
 pub fn try_fetch_at(
     client: &mut Client,
@@ -547,18 +570,7 @@ pub fn try_fetch_at(
     partition: i32,
     offset: i64,
 ) -> Result<Option<Bytes>, i16> {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::FetchRequest;
-    let request = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(8 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(8 << 20)])]);
+    let request = fetch_one(topic, partition, offset, 0, 8 << 20);
     let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
         unreachable!()
     };
