@@ -282,6 +282,8 @@ async fn shard_main(
     sweeper.cancel();
     shard.close().await;
     inbox.cancel();
+    // Another shard still running may call this one: it gets ShardStopped, not a hang.
+    shard.router.close();
     Ok(())
 }
 

@@ -3,9 +3,16 @@
 //! Invariants:
 //! - Messages are owned values moved between cores; nothing behind them is shared mutably.
 //! - Every inbox is bounded (`capacity` messages). A sender facing a full inbox either waits
-//!   (`send`, back-pressure) or gets its message handed back (`try_send`); a message is
-//!   never dropped silently.
+//!   (`send`, back-pressure) or gets its message handed back (`try_send`).
+//! - A shard closes its inbox when it stops (`Endpoint::close`, or dropping its endpoint).
+//!   From then on no message waits in it: a send is refused, and a message that was queued,
+//!   or went in while the inbox closed, is dropped (by the closing shard, or by its sender
+//!   right after the send). A message that must be answered carries its reply channel, so
+//!   dropping it tells the waiting caller that the shard stopped.
 //! - An endpoint is built on the launching thread and moved, whole, into its shard.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -35,17 +42,54 @@ impl Mesh {
     /// Builds `shard_count` endpoints whose inboxes hold `capacity` messages each.
     pub fn endpoints<T: Send>(shard_count: usize, capacity: usize) -> Vec<Endpoint<T>> {
         assert!(shard_count > 0 && capacity > 0);
-        let (senders, receivers): (Vec<_>, Vec<_>) =
+        let (senders, inboxes): (Vec<_>, Vec<_>) =
             (0..shard_count).map(|_| flume::bounded(capacity)).unzip();
-        receivers
-            .into_iter()
-            .enumerate()
-            .map(|(id, inbox)| Endpoint {
+        let inboxes = Inboxes {
+            closed: (0..shard_count).map(|_| AtomicBool::new(false)).collect(),
+            receivers: inboxes,
+        };
+        let inboxes = Arc::new(inboxes);
+        (0..shard_count)
+            .map(|id| Endpoint {
                 id,
                 senders: senders.clone(),
-                inbox,
+                inboxes: inboxes.clone(),
             })
             .collect()
+    }
+}
+
+/// The receiving ends of every inbox and whether each is closed, shared by all endpoints: a
+/// shard reads only its own, and empties another's only when that one closed while the
+/// shard's own message went in.
+struct Inboxes<T> {
+    closed: Box<[AtomicBool]>,
+    receivers: Vec<flume::Receiver<T>>,
+}
+
+impl<T> Inboxes<T> {
+    fn is_closed(&self, target: ShardId) -> bool {
+        // SeqCst pairs with `close`: either the closing shard's drain sees a message that
+        // went in before the flag was set, or its sender sees the flag after its send.
+        self.closed[target].load(Ordering::SeqCst)
+    }
+
+    fn close(&self, target: ShardId) {
+        self.closed[target].store(true, Ordering::SeqCst);
+        self.empty(target);
+    }
+
+    /// Drops every message waiting in `target`'s closed inbox.
+    fn empty(&self, target: ShardId) {
+        drop(self.receivers[target].drain());
+    }
+
+    /// After a send that succeeded: a message that went into an inbox closing meanwhile
+    /// must not wait there forever.
+    fn after_send(&self, target: ShardId) {
+        if self.is_closed(target) {
+            self.empty(target);
+        }
     }
 }
 
@@ -53,7 +97,7 @@ impl Mesh {
 pub struct Endpoint<T> {
     id: ShardId,
     senders: Vec<flume::Sender<T>>,
-    inbox: flume::Receiver<T>,
+    inboxes: Arc<Inboxes<T>>,
 }
 
 impl<T> Endpoint<T> {
@@ -65,46 +109,77 @@ impl<T> Endpoint<T> {
         self.senders.len()
     }
 
-    /// Delivers `message` to `target`, waiting while its inbox is full.
+    /// Delivers `message` to `target`, waiting while its inbox is full. `Ok` means the
+    /// message went in; if `target` closed meanwhile, it was dropped there (see the module's
+    /// invariants).
     pub async fn send(&self, target: ShardId, message: T) -> Result<(), SendError<T>> {
+        if self.inboxes.is_closed(target) {
+            return Err(SendError::Stopped(target, message));
+        }
         self.senders[target]
             .send_async(message)
             .await
-            .map_err(|flume::SendError(message)| SendError::Stopped(target, message))
+            .map_err(|flume::SendError(message)| SendError::Stopped(target, message))?;
+        self.inboxes.after_send(target);
+        Ok(())
     }
 
     /// Delivers `message` to `target` only if its inbox has room now.
     pub fn try_send(&self, target: ShardId, message: T) -> Result<(), SendError<T>> {
+        if self.inboxes.is_closed(target) {
+            return Err(SendError::Stopped(target, message));
+        }
         self.senders[target]
             .try_send(message)
             .map_err(|error| match error {
                 flume::TrySendError::Full(message) => SendError::Full(target, message),
                 flume::TrySendError::Disconnected(message) => SendError::Stopped(target, message),
-            })
+            })?;
+        self.inboxes.after_send(target);
+        Ok(())
     }
 
     /// A `Send` handle for threads outside the mesh.
     pub fn remote(&self) -> Remote<T> {
         Remote {
             senders: self.senders.clone(),
+            inboxes: self.inboxes.clone(),
         }
     }
 
-    /// The next message for this shard; `None` once every sender is gone.
+    /// The next message for this shard; `None` once every sender is gone or the inbox is
+    /// closed.
     pub async fn recv(&self) -> Option<T> {
-        self.inbox.recv_async().await.ok()
+        if self.inboxes.is_closed(self.id) {
+            return None;
+        }
+        self.inboxes.receivers[self.id].recv_async().await.ok()
+    }
+
+    /// Closes this shard's inbox: every message waiting in it is dropped, and no message
+    /// waits in it again.
+    pub fn close(&self) {
+        self.inboxes.close(self.id);
+    }
+}
+
+impl<T> Drop for Endpoint<T> {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
 /// Sends into the mesh from outside it (the launching thread, a signal handler thread).
 pub struct Remote<T> {
     senders: Vec<flume::Sender<T>>,
+    inboxes: Arc<Inboxes<T>>,
 }
 
 impl<T> Clone for Remote<T> {
     fn clone(&self) -> Self {
         Remote {
             senders: self.senders.clone(),
+            inboxes: self.inboxes.clone(),
         }
     }
 }
@@ -116,9 +191,14 @@ impl<T> Remote<T> {
 
     /// Blocks the calling (non-shard) thread until `target` has room.
     pub fn send_blocking(&self, target: ShardId, message: T) -> Result<(), SendError<T>> {
+        if self.inboxes.is_closed(target) {
+            return Err(SendError::Stopped(target, message));
+        }
         self.senders[target]
             .send(message)
-            .map_err(|flume::SendError(message)| SendError::Stopped(target, message))
+            .map_err(|flume::SendError(message)| SendError::Stopped(target, message))?;
+        self.inboxes.after_send(target);
+        Ok(())
     }
 }
 
@@ -136,6 +216,30 @@ mod tests {
         }
         let received = futures_lite::future::block_on(endpoints[1].recv());
         assert_eq!(received, Some(7));
+    }
+
+    #[test]
+    fn a_closed_inbox_refuses_messages_and_keeps_none() {
+        let endpoints = Mesh::endpoints::<Arc<()>>(2, 4);
+        let token = Arc::new(());
+        endpoints[0].try_send(1, token.clone()).expect("room");
+        endpoints[1].close();
+        assert_eq!(
+            Arc::strong_count(&token),
+            1,
+            "the queued message was dropped"
+        );
+        match endpoints[0].try_send(1, token.clone()) {
+            Err(SendError::Stopped(1, _)) => {}
+            other => panic!("expected Stopped, got {other:?}"),
+        }
+        let remote = endpoints[0].remote();
+        assert!(matches!(
+            remote.send_blocking(1, token.clone()),
+            Err(SendError::Stopped(1, _))
+        ));
+        assert_eq!(Arc::strong_count(&token), 1);
+        assert!(futures_lite::future::block_on(endpoints[1].recv()).is_none());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::{Endpoint, ShardId};
 /// A unit of work for a shard whose state is `S`.
 pub type Job<S> = Box<dyn FnOnce(Rc<S>) -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 
-#[derive(Error, Debug, PartialEq, Eq)]
+#[derive(Error, Debug, Clone, PartialEq, Eq)]
 #[error("shard {0} has stopped")]
 pub struct ShardStopped(pub ShardId);
 
@@ -151,6 +151,13 @@ impl<S: 'static> Router<S> {
             let work = job(state.clone());
             glommio::spawn_local(work).detach();
         }
+    }
+
+    /// Closes this shard's inbox once it serves no more: jobs waiting in it, or sent to it
+    /// from now on, are dropped, so their callers get `ShardStopped` instead of waiting
+    /// forever. Dropping the router does the same.
+    pub fn close(&self) {
+        self.endpoint.close();
     }
 
     /// A handle other threads can use to send jobs into the mesh (startup, signals).
@@ -291,5 +298,56 @@ mod tests {
             }
         });
         assert_eq!(results[1], (0..JOBS).collect::<Vec<_>>());
+    }
+
+    /// A shard that closes its inbox fails the calls waiting in it, the ones blocked on its
+    /// full inbox and the ones made afterwards, each with `ShardStopped` and none hanging.
+    #[test]
+    fn calls_to_a_shard_that_closed_fail_instead_of_waiting() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        use std::time::Duration;
+        if online_cpus().len() < 2 {
+            return; // needs a second shard on its own CPU
+        }
+        let queued = Arc::new(AtomicBool::new(false));
+        let results = run_routers::<(), _, _, _>(2, 1, move |id, router| {
+            let queued = queued.clone();
+            async move {
+                let state = Rc::new(());
+                if id == 1 {
+                    // Never serves: closes once a call waits in its inbox and another
+                    // waits for room in it.
+                    while !queued.load(Ordering::SeqCst) {
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
+                    }
+                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                    router.close();
+                    return Vec::new();
+                }
+                let job = |_: Rc<()>| async { 7 };
+                let first = router.dispatch(&state, 1, job).await.expect("room for one");
+                let blocked = glommio::spawn_local({
+                    let (router, state) = (router.clone(), state.clone());
+                    async move { router.call(&state, 1, job).await }
+                })
+                .detach();
+                queued.store(true, Ordering::SeqCst);
+                let within = |wait: Pin<Box<dyn Future<Output = Result<i32, ShardStopped>>>>| {
+                    futures_lite::future::or(async move { Some(wait.await) }, async {
+                        glommio::timer::sleep(Duration::from_secs(10)).await;
+                        None
+                    })
+                };
+                let first = within(Box::pin(first)).await;
+                let blocked = within(Box::pin(async { blocked.await.expect("not cancelled") }));
+                let blocked = blocked.await;
+                // The inbox is closed by now (the first call failed): refused at once.
+                let later = within(Box::pin(router.call(&state, 1, job))).await;
+                vec![first, blocked, later]
+            }
+        });
+        let stopped = Some(Err(ShardStopped(1)));
+        assert_eq!(results[0], vec![stopped.clone(), stopped.clone(), stopped]);
     }
 }
