@@ -69,13 +69,15 @@ pub async fn admit(shard: &Rc<Shard>, request: ProduceRequest, version: i16) -> 
         let topic = topic_data.name.to_string();
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (partition_index, data) in topic_data.partition_data.into_iter().enumerate() {
-            // Overwritten by the owner's answer; a partition no owner has stays unknown.
-            partitions.push(
-                no_append(data.index).with_error_code(code(ResponseError::UnknownTopicOrPartition)),
-            );
             if data.index < 0 {
-                continue; // answered below as UNKNOWN_TOPIC_OR_PARTITION
+                let unknown = code(ResponseError::UnknownTopicOrPartition);
+                partitions.push(no_append(data.index).with_error_code(unknown));
+                continue;
             }
+            // Overwritten by the owner's answer, unless the owner stopped before it gave
+            // one: then the answer of a broker shutting down, which a client retries.
+            let stopped = code(ResponseError::NotLeaderOrFollower);
+            partitions.push(no_append(data.index).with_error_code(stopped));
             parts_by_owner[shard.owner(&topic, data.index)].push(Part {
                 slot: (topic_index, partition_index),
                 topic: topic.clone(),
