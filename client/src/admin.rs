@@ -168,30 +168,55 @@ pub async fn overridden_configs(
 }
 
 /// The leaders of `name`, creating it as `topic` says when it is missing (another client
-/// creating it at the same moment is fine), and waiting until every partition has one.
+/// creating it at the same moment is fine), and waiting until every partition it created
+/// has a leader that knows it leads.
 pub async fn ensure_topic(
     cluster: &mut Cluster,
     name: &str,
     topic: &NewTopic,
 ) -> Result<Vec<PartitionLeader>> {
-    if let Some(leaders) = cluster.leaders(name).await? {
-        return Ok(leaders);
+    let existed = cluster.leaders(name).await?.is_some();
+    if !existed {
+        match create_topic(cluster, name, topic).await {
+            Err(error) if code_of(&error) != Some(codes::TOPIC_ALREADY_EXISTS) => {
+                return Err(error)
+            }
+            _ => {}
+        }
     }
-    match create_topic(cluster, name, topic).await {
-        Err(error) if code_of(&error) != Some(codes::TOPIC_ALREADY_EXISTS) => return Err(error),
-        _ => {}
-    }
-    let partitions = topic.partitions.unwrap_or(1);
-    // Leaders can take a moment to be elected after creation.
+    // A topic that was there keeps the partitions it has.
+    let partitions = if existed {
+        1
+    } else {
+        topic.partitions.unwrap_or(1)
+    };
+    // Leaders can take a moment to be elected after creation, and each leader to learn
+    // that it leads: a producer sent to it sooner would get UNKNOWN_TOPIC_OR_PARTITION.
     for _ in 0..100 {
         if let Some(leaders) = cluster.leaders(name).await? {
-            if leaders.len() as i32 >= partitions {
+            if leaders.len() as i32 >= partitions && leaders_know_topic(cluster, name).await? {
                 return Ok(leaders);
             }
         }
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }
-    bail!("topic {name} has no leaders 5 s after creation")
+    bail!("topic {name} has no leaders that know it 5 s after creation")
+}
+
+/// Whether every broker that Metadata names as a leader of `topic` knows it itself.
+async fn leaders_know_topic(cluster: &mut Cluster, topic: &str) -> Result<bool> {
+    let response = cluster.metadata(Some(&[topic])).await?;
+    let leader_ids: std::collections::BTreeSet<i32> = response
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.leader_id.0))
+        .collect();
+    for leader_id in leader_ids {
+        if !cluster.broker_knows_topic(leader_id, topic).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// An idempotent producer's identity, from InitProducerId.
@@ -420,5 +445,65 @@ mod tests {
             );
             assert_eq!(fake.seen(ApiKey::DeleteTopics), [delete_max]);
         }
+    }
+
+    /// The bootstrap broker (node 1) names node 2 as the leader, and node 2 learns the
+    /// topic only at its fourth Metadata answer: `ensure_topic` waits for that.
+    #[test]
+    fn ensure_topic_waits_until_each_leader_knows_the_topic() {
+        let topic = |known: bool| {
+            MetadataResponseTopic::default()
+                .with_name(Some(topic_name("t")))
+                .with_error_code(if known { 0 } else { 3 })
+                .with_partitions(if known {
+                    vec![MetadataResponsePartition::default().with_leader_id(BrokerId(2))]
+                } else {
+                    Vec::new()
+                })
+        };
+        let versions = || api_versions(&[(ApiKey::ApiVersions, 0, 3), (ApiKey::Metadata, 0, 12)]);
+        let answers = Arc::new(Mutex::new(0));
+        let leader = FakeBroker::start(Box::new({
+            let answers = answers.clone();
+            move |request, _, _| match request {
+                RequestKind::ApiVersions(_) => versions(),
+                RequestKind::Metadata(_) => {
+                    let mut answers = answers.lock().unwrap();
+                    *answers += 1;
+                    ResponseKind::Metadata(
+                        MetadataResponse::default().with_topics(vec![topic(*answers >= 4)]),
+                    )
+                }
+                other => panic!("not scripted: {other:?}"),
+            }
+        }));
+        let leader_port = leader.port;
+        let bootstrap = FakeBroker::start(Box::new(move |request, _, port| match request {
+            RequestKind::ApiVersions(_) => versions(),
+            RequestKind::Metadata(_) => ResponseKind::Metadata(
+                MetadataResponse::default()
+                    .with_brokers(vec![
+                        broker_entry(port),
+                        broker_entry(leader_port).with_node_id(BrokerId(2)),
+                    ])
+                    .with_topics(vec![topic(true)]),
+            ),
+            other => panic!("not scripted: {other:?}"),
+        }));
+        crate::blocking::run(async {
+            let mut cluster = Cluster::connect(&bootstrap.address(), "test")
+                .await
+                .unwrap();
+            let leaders = ensure_topic(&mut cluster, "t", &NewTopic::default())
+                .await
+                .unwrap();
+            assert_eq!(leaders.len(), 1);
+        })
+        .unwrap();
+        assert_eq!(
+            *answers.lock().unwrap(),
+            4,
+            "returned before the leader knew the topic"
+        );
     }
 }

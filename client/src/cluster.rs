@@ -146,17 +146,7 @@ impl Cluster {
     /// Metadata for `topics` (`None`: all topics; `Some(&[])`: none, brokers only).
     pub async fn metadata(&mut self, topics: Option<&[&str]>) -> Result<MetadataResponse> {
         let version = self.bootstrap.version::<MetadataRequest>()?;
-        let mut request = MetadataRequest::default();
-        // `None` asks for every topic (null topics, v1+; this client starts at v1).
-        request.topics = topics.map(|names| {
-            names
-                .iter()
-                .map(|name| MetadataRequestTopic::default().with_name(Some(topic_name(name))))
-                .collect()
-        });
-        if version >= 4 {
-            request.allow_auto_topic_creation = false;
-        }
+        let request = metadata_request(version, topics);
         let response = self.bootstrap.call_at(version, &request).await?;
         self.controller_id = response.controller_id.0;
         for broker in &response.brokers {
@@ -166,6 +156,23 @@ impl Cluster {
             );
         }
         Ok(response)
+    }
+
+    /// Whether broker `node_id` itself knows every partition of `topic` and its leader. A
+    /// broker learns a new topic from the metadata log a moment after the controller
+    /// committed it, and answers UNKNOWN_TOPIC_OR_PARTITION until then.
+    pub async fn broker_knows_topic(&mut self, node_id: i32, topic: &str) -> Result<bool> {
+        let connection = self.broker(node_id).await?;
+        let version = connection.version::<MetadataRequest>()?;
+        let request = metadata_request(version, Some(&[topic]));
+        let response = connection.call_at(version, &request).await?;
+        Ok(response.topics.first().is_some_and(|t| {
+            t.error_code == 0
+                && !t.partitions.is_empty()
+                && t.partitions
+                    .iter()
+                    .all(|p| p.error_code == 0 && p.leader_id.0 >= 0)
+        }))
     }
 
     /// One topic's layout, or the topic's error (UNKNOWN_TOPIC_OR_PARTITION when missing).
@@ -298,6 +305,22 @@ fn topic_info(name: String, topic: MetadataResponseTopic) -> TopicInfo {
         internal: topic.is_internal,
         partitions,
     }
+}
+
+/// A Metadata request for `topics` (`None`: all topics) that never creates one.
+fn metadata_request(version: i16, topics: Option<&[&str]>) -> MetadataRequest {
+    let mut request = MetadataRequest::default();
+    // `None` asks for every topic (null topics, v1+; this client starts at v1).
+    request.topics = topics.map(|names| {
+        names
+            .iter()
+            .map(|name| MetadataRequestTopic::default().with_name(Some(topic_name(name))))
+            .collect()
+    });
+    if version >= 4 {
+        request.allow_auto_topic_creation = false;
+    }
+    request
 }
 
 #[cfg(test)]
