@@ -19,6 +19,8 @@
 //!   epoch of Fetch v15's replica state, KIP-903).
 //! - A tool reads a follower's copy with Kafka's debugging replica id (-2); a consumer may
 //!   not.
+//! - A follower whose leader leaves a fetch unanswered (frozen, still registered) gives up
+//!   on it after `replica.socket.timeout.ms` and connects again.
 //!
 //! Every wait is bounded.
 
@@ -440,4 +442,39 @@ fn with_fsync_before_fetch_the_high_watermark_counts_only_synced_copies() {
         Bytes::from_static(b"synced"),
     ]);
     assert_eq!(read_values(&mut client, TOPIC, 0), *expected);
+}
+
+#[test]
+fn a_follower_drops_a_fetch_its_leader_leaves_unanswered_for_the_socket_timeout() {
+    // The frozen leader stays registered and its followers in sync (long session and
+    // lag), so only replica.socket.timeout.ms ends a follower's wait for its answer.
+    let (cluster, leaders, _) = started(&[
+        "replica.socket.timeout.ms=1000",
+        "broker.session.timeout.ms=60000",
+        "replica.lag.time.max.ms=60000",
+    ]);
+    let leader = leaders[&0];
+    let follower = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let logged_before = cluster.nodes[&follower].log_text().len();
+    cluster.nodes[&leader].signal("STOP");
+    let frozen_at = std::time::Instant::now();
+    let leader_field = format!("leader={leader}");
+    let failure = wait_for(|| {
+        let text = cluster.nodes[&follower].log_text();
+        text[logged_before..]
+            .lines()
+            .find(|line| line.contains("replica fetch failed") && line.contains(&leader_field))
+            .map(str::to_string)
+    });
+    let waited = frozen_at.elapsed();
+    cluster.nodes[&leader].signal("CONT");
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "the follower gave up after {waited:?}: {failure}"
+    );
+    wait_isr(&cluster, &[1, 2, 3]);
 }

@@ -12,7 +12,8 @@
 //!   diverging epoch, Fetch v12), never below the log start; the partition's high watermark
 //!   follows the cut.
 //! - A partition that failed is left out of fetches for `replica.fetch.backoff.ms`; a
-//!   failed connection is dropped and retried after the same backoff.
+//!   failed connection, or one that left a fetch unanswered for
+//!   `replica.socket.timeout.ms`, is dropped and retried after the same backoff.
 //! - With `replica.fsync.before.fetch`, a fetch's offset never passes what is fdatasynced
 //!   here: the appended batches are synced (one group commit per fetch answer) first.
 
@@ -190,7 +191,16 @@ impl Fetcher {
             self.shard.stopping.changed_since(stopping).await;
             None
         };
-        let answered = async { Some(connection.call_at(version, &request).await) };
+        // A connection's answer is bounded by replica.socket.timeout.ms; past it the caller
+        // drops the connection and connects again.
+        let timeout = self.shard.config.replica_fetch.socket_timeout;
+        let answered = async {
+            Some(
+                connection
+                    .call_with_timeout(version, &request, timeout)
+                    .await,
+            )
+        };
         match futures_lite::future::or(answered, stopped).await {
             None => Ok(None),
             Some(answer) => answer.map(Some),
