@@ -49,6 +49,16 @@ fn started(extra: &[&str]) -> (Cluster, BTreeMap<i32, i32>, Acknowledged) {
     with_topic(Cluster::start_with(&settings))
 }
 
+/// A running node other than `leader`: a follower of every partition `leader` leads (RF 3
+/// on three nodes).
+fn a_follower(cluster: &Cluster, leader: i32) -> i32 {
+    *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower")
+}
+
 /// Freezes (SIGSTOP) a follower of partition 0 and writes one record there with acks=all,
 /// which must be answered (once the follower left the ISR) and then be visible at once:
 /// the high watermark passed it. Answers the frozen node.
@@ -59,11 +69,7 @@ fn hang_a_follower(
     acknowledged: &mut Acknowledged,
 ) -> i32 {
     let leader = leaders[&0];
-    let hung = *cluster
-        .nodes
-        .keys()
-        .find(|&&id| id != leader)
-        .expect("a follower");
+    let hung = a_follower(cluster, leader);
     cluster.nodes[&hung].signal("STOP");
     let mut client = cluster.client(leader);
     let value = Bytes::from_static(b"while-one-hangs");
@@ -454,11 +460,7 @@ fn a_follower_drops_a_fetch_its_leader_leaves_unanswered_for_the_socket_timeout(
         "replica.lag.time.max.ms=60000",
     ]);
     let leader = leaders[&0];
-    let follower = *cluster
-        .nodes
-        .keys()
-        .find(|&&id| id != leader)
-        .expect("a follower");
+    let follower = a_follower(&cluster, leader);
     let logged_before = cluster.nodes[&follower].log_text().len();
     cluster.nodes[&leader].signal("STOP");
     let frozen_at = std::time::Instant::now();
