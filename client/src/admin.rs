@@ -22,7 +22,7 @@ use kafka_protocol::messages::delete_records_request::{
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeQuorumRequest, InitProducerIdRequest,
+    DescribeClusterRequest, DescribeQuorumRequest, InitProducerIdRequest, MetadataResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -193,8 +193,11 @@ pub async fn ensure_topic(
     // Leaders can take a moment to be elected after creation, and each leader to learn
     // that it leads: a producer sent to it sooner would get UNKNOWN_TOPIC_OR_PARTITION.
     for _ in 0..100 {
-        if let Some(leaders) = cluster.leaders(name).await? {
-            if leaders.len() as i32 >= partitions && leaders_know_topic(cluster, name).await? {
+        let response = cluster.metadata(Some(&[name])).await?;
+        if let Some(leaders) = cluster.leaders_in(&response, name)? {
+            if leaders.len() as i32 >= partitions
+                && leaders_know_topic(cluster, &response, name).await?
+            {
                 return Ok(leaders);
             }
         }
@@ -203,9 +206,13 @@ pub async fn ensure_topic(
     bail!("topic {name} has no leaders that know it 5 s after creation")
 }
 
-/// Whether every broker that Metadata names as a leader of `topic` knows it itself.
-async fn leaders_know_topic(cluster: &mut Cluster, topic: &str) -> Result<bool> {
-    let response = cluster.metadata(Some(&[topic])).await?;
+/// Whether every broker that `response` (Metadata for `topic`) names as a leader knows
+/// the topic itself.
+async fn leaders_know_topic(
+    cluster: &mut Cluster,
+    response: &MetadataResponse,
+    topic: &str,
+) -> Result<bool> {
     let leader_ids: std::collections::BTreeSet<i32> = response
         .topics
         .iter()

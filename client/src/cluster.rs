@@ -207,6 +207,15 @@ impl Cluster {
     /// exist or has no partitions yet.
     pub async fn leaders(&mut self, topic: &str) -> Result<Option<Vec<PartitionLeader>>> {
         let response = self.metadata(Some(&[topic])).await?;
+        self.leaders_in(&response, topic)
+    }
+
+    /// [`Cluster::leaders`] as `response`, a Metadata answer for `topic`, gives them.
+    pub fn leaders_in(
+        &self,
+        response: &MetadataResponse,
+        topic: &str,
+    ) -> Result<Option<Vec<PartitionLeader>>> {
         let Some(t) = response.topics.first() else {
             bail!("Metadata did not answer for topic {topic}");
         };
