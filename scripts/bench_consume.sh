@@ -6,6 +6,7 @@
 #   ringlog          defaults (direct I/O, a 64 MiB batch cache per shard): the reads go to
 #                    the disk once the data outgrew the cache
 #   ringlog-cache    log.cache.max.bytes=$CACHE_BYTES (default 2 GiB): the data still cached
+#   base-cache       the same with the binary $BASE_BIN, when it is set (to compare builds)
 #   kafka-warm       Kafka's defaults (scripts/peer-kafka.sh): the page cache holds what
 #                    was just written
 #   kafka-cold       the same after `echo 3 > /proc/sys/vm/drop_caches`: Kafka reads the disk
@@ -13,6 +14,8 @@
 #
 #   scripts/bench_consume.sh                 one round
 #   ROUNDS=2 MESSAGES=10000000 scripts/bench_consume.sh
+#   CASES="ringlog-cache base-cache" BASE_BIN=/path/to/ringlog scripts/bench_consume.sh
+#                                            only the cases named
 #
 # Prints one line per case: msgs/s, the fetch p99 and the node's CPU-seconds over the read.
 # Needs root (drop_caches), fio (a Debian package), Java and Maven (peer-kafka.sh).
@@ -70,11 +73,11 @@ print(f"{sys.argv[2]:<14} {r['msgs_per_s'] / 1e6:6.2f} M msgs/s  {r['mb_per_s']:
 EOF
 }
 
-ringlog_case() { # $1 case, then `--set K=V` arguments
-    local case=$1 dir="$work/$1" port=$((20000 + RANDOM % 10000))
-    shift
+ringlog_case() { # $1 case, $2 the binary, then `--set K=V` arguments
+    local case=$1 binary=$2 dir="$work/$1" port=$((20000 + RANDOM % 10000))
+    shift 2
     mkdir -p "$dir"
-    taskset -c 0 "$ringlog" serve --cores 1 --set "log.dirs=$dir/data" \
+    taskset -c 0 "$binary" serve --cores 1 --set "log.dirs=$dir/data" \
         --set "listeners=PLAINTEXT://127.0.0.1:$port" "$@" >"$dir/node.log" 2>&1 &
     node_pid=$!
     until grep -q ' ready ' "$dir/node.log"; do sleep 0.2; done
@@ -95,12 +98,21 @@ kafka_case() { # $1 case, $2 "cold" or nothing
 }
 
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $messages messages of 100 B, 4 partitions, 1 consumer"
+wanted() { # $1 case: named in $CASES, or every case when it is empty
+    [ -z "${CASES:-}" ] || [[ " $CASES " == *" $1 "* ]]
+}
+
 for round in $(seq 1 "$rounds"); do
     echo "## round $round"
-    ringlog_case ringlog
-    ringlog_case ringlog-cache --set "log.cache.max.bytes=$cache_bytes"
-    kafka_case kafka-warm
-    kafka_case kafka-cold cold
+    if wanted ringlog; then ringlog_case ringlog "$ringlog"; fi
+    if wanted ringlog-cache; then
+        ringlog_case ringlog-cache "$ringlog" --set "log.cache.max.bytes=$cache_bytes"
+    fi
+    if [ -n "${BASE_BIN:-}" ] && wanted base-cache; then
+        ringlog_case base-cache "$BASE_BIN" --set "log.cache.max.bytes=$cache_bytes"
+    fi
+    if wanted kafka-warm; then kafka_case kafka-warm; fi
+    if wanted kafka-cold; then kafka_case kafka-cold cold; fi
 done
 fio --name=read --filename="$work/fio.dat" --size=2g --rw=read --bs=1m --direct=1 \
     --ioengine=io_uring --iodepth=1 --time_based --runtime=5 --cpus_allowed=0 2>/dev/null |
