@@ -322,6 +322,37 @@ fn a_tool_reads_a_follower_with_kafkas_debugging_replica_id() {
 }
 
 #[test]
+fn a_tool_sees_each_replicas_log_end_where_a_consumer_sees_the_high_watermark() {
+    let (cluster, leaders, acknowledged) = started(&["replica.lag.time.max.ms=60000"]);
+    let leader = leaders[&0];
+    let hung = a_follower(&cluster, leader);
+    let other = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != leader && id != hung)
+        .expect("a second follower");
+    let written = acknowledged[&0].len() as i64;
+    cluster.nodes[&hung].signal("STOP");
+    // acks=1: the leader's log grows past the high watermark, which waits for the frozen
+    // follower (still in the ISR for a minute).
+    let mut client = cluster.client(leader);
+    let (code, _) = produce(
+        &mut client,
+        TOPIC,
+        0,
+        batch(&[b"past-the-hw".as_slice()]),
+        1,
+    );
+    assert_eq!(code, 0);
+    assert_eq!(common::list_offset(&mut client, TOPIC, -1, -1), written);
+    assert_eq!(common::list_offset(&mut client, TOPIC, -1, -2), written + 1);
+    // A follower answers a tool from its own log: the record it fetched, not yet committed.
+    let mut follower = cluster.client(other);
+    wait_for(|| (common::list_offset(&mut follower, TOPIC, -1, -2) == written + 1).then_some(()));
+    cluster.nodes[&hung].signal("CONT");
+}
+
+#[test]
 fn a_deposed_leader_truncates_what_only_it_held_and_converges_on_the_new_leaders_log() {
     let (mut cluster, leaders, mut acknowledged) =
         started(&["replica.high.watermark.checkpoint.interval.ms=100"]);

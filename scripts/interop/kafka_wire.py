@@ -432,8 +432,9 @@ def compact_array(items):
     return uvarint(len(items) + 1) + b"".join(items)
 
 
-def list_offsets_request(version, topic, partition, timestamp, correlation_id):
-    """v4 and later (leader epoch fields); v6 and later are flexible."""
+def list_offsets_request(version, topic, partition, timestamp, correlation_id, replica_id=-1):
+    """v4 and later (leader epoch fields); v6 and later are flexible. `replica_id` -1 asks
+    as a consumer (latest = the high watermark), -2 as a tool (latest = the log end)."""
     assert version >= 4
     flexible = version >= 6
     part = int32(partition) + int32(-1) + int64(timestamp)
@@ -442,7 +443,7 @@ def list_offsets_request(version, topic, partition, timestamp, correlation_id):
         topics = compact_array([compact_string(topic) + compact_array([part]) + uvarint(0)])
     else:
         topics = array([string(topic) + array([part])])
-    body = int32(-1) + int8(0) + topics
+    body = int32(replica_id) + int8(0) + topics
     if version >= 10:
         body += int32(5000)  # timeout_ms
     if flexible:

@@ -1,8 +1,10 @@
 //! ListOffsets: earliest (-2), latest (-1), the record with the largest timestamp (-3,
 //! v7), the earliest local offset (-4, v8) and the latest tiered one (-5, v9), or the first
 //! offset whose record timestamp is at or after a time, through the time index; asked of
-//! each owner. Only what consumers may read counts (the high watermark), under either
-//! isolation level until transactions exist. Without tiered storage the local log is the
+//! each owner. For a consumer (replica id -1) only what it may read counts (the high
+//! watermark), under either isolation level until transactions exist; for a replica or a
+//! tool (replica id -2, or a broker's id) the whole local log counts (the log end offset),
+//! as in Kafka, so that a tool can see how far each replica's log reaches. Without tiered storage the local log is the
 //! whole log, and nothing is tiered: -4 answers the log start offset and -5 no offset, as
 //! Kafka does. v10's timeout bounds remote lookups, of which there are none. Only the
 //! partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, except for the debugging
@@ -21,6 +23,8 @@ use crate::errors::{self, code};
 use crate::partition::DEBUGGING_REPLICA_ID;
 use crate::shard_state::Shard;
 
+/// The replica id consumers send.
+const CONSUMER_REPLICA_ID: i32 = -1;
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
@@ -30,6 +34,7 @@ const LATEST_TIERED: i64 = -5;
 pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest, version: i16) -> ResponseKind {
     let mut response = ListOffsetsResponse::default();
     let require_leader = request.replica_id.0 != DEBUGGING_REPLICA_ID;
+    let consumer = request.replica_id.0 == CONSUMER_REPLICA_ID;
     for topic in request.topics {
         let name = topic.name.to_string();
         let mut answers = Vec::with_capacity(topic.partitions.len());
@@ -43,6 +48,7 @@ pub async fn handle(shard: &Rc<Shard>, request: ListOffsetsRequest, version: i16
                     -1
                 },
                 require_leader,
+                consumer,
                 version,
             };
             let answer = if index < 0 {
@@ -82,6 +88,8 @@ struct Asked {
     timestamp: i64,
     current_leader_epoch: i32,
     require_leader: bool,
+    /// A consumer's request (replica id -1): only up to the high watermark counts.
+    consumer: bool,
     version: i16,
 }
 
@@ -123,7 +131,11 @@ async fn offset_on_owner(
             .with_error_code(code(ResponseError::UnsupportedVersion))
             .with_offset(-1);
     }
-    let visible = partition.high_watermark();
+    let visible = if asked.consumer {
+        partition.high_watermark()
+    } else {
+        partition.log.log_end_offset()
+    };
     let looked_up = match timestamp {
         LATEST => return answer.with_offset(visible),
         EARLIEST | EARLIEST_LOCAL => return answer.with_offset(partition.log.log_start_offset()),

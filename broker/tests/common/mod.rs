@@ -612,21 +612,30 @@ fn read_record_sets(
 
 /// The log start offset of partition 0 of `topic` (ListOffsets earliest, v5).
 pub fn earliest_offset(client: &mut Client, topic: &str) -> i64 {
+    list_offset(client, topic, -2, -1)
+}
+
+/// ListOffsets (v5) of partition 0 of `topic` at `timestamp` (-1 latest, -2 earliest), asked
+/// as `replica_id` (-1 a consumer, -2 a tool).
+pub fn list_offset(client: &mut Client, topic: &str, timestamp: i64, replica_id: i32) -> i64 {
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
     let request = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
+        .with_replica_id(BrokerId(replica_id))
         .with_topics(vec![ListOffsetsTopic::default()
             .with_name(topic_name(topic))
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(0)
-                .with_timestamp(-2)])]);
+                .with_timestamp(timestamp)])]);
     let ResponseKind::ListOffsets(answer) = client.call(5, RequestKind::ListOffsets(request))
     else {
         unreachable!()
     };
     let partition = &answer.topics[0].partitions[0];
-    assert_eq!(partition.error_code, 0, "ListOffsets earliest of {topic}");
+    assert_eq!(
+        partition.error_code, 0,
+        "ListOffsets {timestamp} of {topic} as replica {replica_id}"
+    );
     partition.offset
 }
 

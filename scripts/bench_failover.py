@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Replication lag and failover under full load, on the 3-node loopback cluster.
+
+Each round starts scripts/cluster.sh (3 nodes, one shard each, unpinned) and runs
+`ringlog-bench produce` at full speed against it: RF 3, min.insync.replicas=2, acks=all,
+PRODUCERS producers over PARTITIONS partitions. While it runs:
+
+- replication lag, sampled every 50 ms: for each partition, each follower's log end
+  offset and then the leader's (ListOffsets latest asked as Kafka's debugging replica id
+  -2, which every replica answers from its own log), lag = leader − follower, in
+  messages. The two answers are up to a fraction of a millisecond apart, which overstates
+  the lag by at most the messages written in between.
+- failover: at KILL_AT seconds the leader of partition 0 is killed with SIGKILL
+  (scripts/cluster.sh kill); a probe on the survivors then asks Metadata every 10 ms for
+  a new leader and, once there is one, writes one record there with acks=all until it is
+  acknowledged. Printed: the time to a new leader and to the first acknowledged write,
+  from the kill, and whether the killed node was also the active controller (its
+  successor is elected first).
+
+  scripts/bench_failover.py                      one round
+  ROUNDS=3 SIZE=1024 scripts/bench_failover.py
+
+Environment: ROUNDS (1), SIZE (message bytes, 100), PRODUCERS (4), PARTITIONS (3),
+DURATION (seconds of load, 20), KILL_AT (seconds into the load, 10), SETTINGS (K=V
+settings of every node, space-separated), RINGLOG_BIN and BENCH_BIN (default: the release
+builds, built if missing).
+"""
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts" / "interop"))
+import kafka_wire as wire  # noqa: E402
+
+CLIENT_PORT = 9092  # node N listens on CLIENT_PORT + N - 1
+NODES = (1, 2, 3)
+TOPIC = "failover"
+SAMPLE_EVERY_S = 0.05
+PROBE_EVERY_S = 0.01
+FAILOVER_LIMIT_S = 60.0
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+class Node:
+    """One persistent connection to a node's client port, reopened after a failure."""
+
+    def __init__(self, node_id):
+        self.node_id = node_id
+        self.port = CLIENT_PORT + node_id - 1
+        self.sock = None
+        self.correlation_id = 0
+
+    def call(self, frame_of, parse, timeout=5.0):
+        """Sends frame_of(correlation id), returns parse(body); None if the node is gone."""
+        try:
+            if self.sock is None:
+                self.sock = wire.connect(self.port, timeout)
+            self.correlation_id += 1
+            self.sock.sendall(frame_of(self.correlation_id))
+            _, body = wire.read_response(self.sock, timeout)
+            return parse(body)
+        except (OSError, wire.ConnectionClosed, TimeoutError, ValueError):
+            self.close()
+            return None
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def metadata(self):
+        return self.call(lambda c: wire.metadata_v1_request([TOPIC], c), wire.parse_metadata_v1)
+
+    def log_end(self, partition):
+        """The log end offset of this node's replica of `partition`, or None."""
+        answer = self.call(
+            lambda c: wire.list_offsets_request(5, TOPIC, partition, -1, c, replica_id=-2),
+            lambda body: wire.parse_list_offsets(5, body),
+        )
+        if answer is None:
+            return None
+        error, _, offset, _ = answer[(TOPIC, partition)]
+        return offset if error == 0 else None
+
+    def produce_one(self, partition):
+        """Writes one record with acks=all; its error code, or None if the node is gone."""
+        batch = wire.record_batch([(b"probe", b"after-the-kill")])
+        answer = self.call(
+            lambda c: wire.produce_v3_request(TOPIC, partition, batch, c, acks=-1,
+                                              timeout_ms=2000),
+            wire.parse_produce_v3,
+        )
+        return None if answer is None else answer[0][(TOPIC, partition)][0]
+
+
+def leaders(node):
+    """{partition: leader} of the topic as `node` sees it, and the active controller."""
+    meta = node.metadata()
+    if meta is None or TOPIC not in meta["topics"]:
+        return None, None
+    topic = meta["topics"][TOPIC]
+    return {p["index"]: p["leader"] for p in topic["partitions"]}, meta["controller"]
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0
+
+
+def cluster(work, *args):
+    env = dict(os.environ, CLUSTER_DIR=str(work / "cluster"), RINGLOG=RINGLOG)
+    subprocess.run([str(ROOT / "scripts" / "cluster.sh"), *args], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def one_round(work, size, producers, partitions, duration, kill_at, settings):
+    cluster(work, "start", "--nodes", "3", "--cores", "1",
+            *[arg for setting in settings for arg in ("--set", setting)])
+    nodes = {i: Node(i) for i in NODES}
+    load = subprocess.Popen(
+        [BENCH, "produce", "--bootstrap-server", f"127.0.0.1:{CLIENT_PORT}",
+         "--topic", TOPIC, "--partitions", str(partitions), "--replication-factor", "3",
+         "--topic-config", "min.insync.replicas=2", "--producers", str(producers),
+         "--message-size", str(size), "--acks=-1", "--duration", f"{duration}s",
+         "--warmup", "0s"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        started = time.monotonic()
+        placement, controller = None, None
+        while placement is None or len(placement) < partitions or -1 in placement.values():
+            if time.monotonic() - started > 30:
+                raise RuntimeError("the topic has no leaders after 30 s")
+            time.sleep(0.05)
+            placement, controller = leaders(nodes[1])
+        # Lag under full load, until the kill.
+        lags = []
+        first_ends = last_ends = None  # (time, the leaders' log ends summed)
+        while time.monotonic() - started < kill_at:
+            leader_ends = 0
+            for partition, leader in placement.items():
+                followers = [n for n in NODES if n != leader]
+                ends = {n: nodes[n].log_end(partition) for n in followers}
+                leader_end = nodes[leader].log_end(partition)
+                leader_ends += leader_end or 0
+                for n, end in ends.items():
+                    if end is not None and leader_end is not None:
+                        lags.append(max(0, leader_end - end))
+            last_ends = (time.monotonic(), leader_ends)
+            first_ends = first_ends or last_ends
+            time.sleep(SAMPLE_EVERY_S)
+        # Failover.
+        victim = placement[0]
+        _, controller = leaders(nodes[victim])
+        cluster(work, "kill", str(victim))
+        killed = time.monotonic()
+        nodes[victim].close()
+        survivors = [n for n in NODES if n != victim]
+        new_leader_s = first_write_s = None
+        while time.monotonic() - killed < FAILOVER_LIMIT_S and first_write_s is None:
+            placement_now, _ = leaders(nodes[survivors[0]])
+            leader = (placement_now or {}).get(0, -1)
+            if leader in survivors:
+                if new_leader_s is None:
+                    new_leader_s = time.monotonic() - killed
+                if nodes[leader].produce_one(0) == 0:
+                    first_write_s = time.monotonic() - killed
+            time.sleep(PROBE_EVERY_S)
+        load.wait(timeout=duration + 60)
+    finally:
+        if load.poll() is None:
+            load.kill()
+        for node in nodes.values():
+            node.close()
+        cluster(work, "stop")
+        subprocess.run(["rm", "-rf", str(work / "cluster")], check=True)
+    return {
+        "lag_samples": len(lags),
+        "lag_p50": percentile(lags, 0.50),
+        "lag_p99": percentile(lags, 0.99),
+        "lag_max": max(lags, default=0),
+        "lag_mean": statistics.fmean(lags) if lags else 0,
+        "victim": victim,
+        "victim_was_controller": controller == victim,
+        "new_leader_s": new_leader_s,
+        "first_write_s": first_write_s,
+        "msgs_per_s": (last_ends[1] - first_ends[1]) / max(last_ends[0] - first_ends[0], 1e-9),
+    }
+
+
+def seconds(value):
+    return "none" if value is None else f"{value:.2f} s"
+
+
+def main():
+    rounds = env_int("ROUNDS", 1)
+    size = env_int("SIZE", 100)
+    producers = env_int("PRODUCERS", 4)
+    partitions = env_int("PARTITIONS", 3)
+    duration = env_int("DURATION", 20)
+    kill_at = env_int("KILL_AT", 10)
+    settings = os.environ.get("SETTINGS", "").split()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {commit}: {size} B, "
+          f"{producers} producers, {partitions} partitions, RF 3, acks=all, "
+          f"kill -9 of partition 0's leader at {kill_at} s of {duration} s"
+          + (f"; {' '.join(settings)}" if settings else ""))
+    failed = False
+    for round_number in range(1, rounds + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = one_round(Path(tmp), size, producers, partitions, duration, kill_at, settings)
+        kb = size / 1024
+        print(f"round {round_number}: {r['msgs_per_s'] / 1e6:.2f} M msgs/s before the kill;"
+              f" lag over {r['lag_samples']} samples: p50 {r['lag_p50']} msgs"
+              f" ({r['lag_p50'] * kb:.0f} KiB), p99 {r['lag_p99']} ({r['lag_p99'] * kb:.0f} KiB),"
+              f" max {r['lag_max']}; node {r['victim']} killed"
+              f"{' (the active controller)' if r['victim_was_controller'] else ''}:"
+              f" a new leader after {seconds(r['new_leader_s'])},"
+              f" the first acks=all write after {seconds(r['first_write_s'])}", flush=True)
+        failed |= r["first_write_s"] is None
+    return 1 if failed else 0
+
+
+def release_binary(variable, name):
+    path = os.environ.get(variable) or str(
+        Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / name)
+    if not os.access(path, os.X_OK):
+        subprocess.run(["cargo", "build", "--release", "--bins"], cwd=ROOT, check=True)
+    return path
+
+
+if __name__ == "__main__":
+    RINGLOG = release_binary("RINGLOG_BIN", "ringlog")
+    BENCH = release_binary("BENCH_BIN", "ringlog-bench")
+    socket.setdefaulttimeout(10)
+    sys.exit(main())
