@@ -158,11 +158,15 @@ def one_round(work, size, producers, partitions, duration, kill_at, settings):
             last_ends = (time.monotonic(), leader_ends)
             first_ends = first_ends or last_ends
             time.sleep(SAMPLE_EVERY_S)
-        # Failover.
-        victim = placement[0]
-        _, controller = leaders(nodes[victim])
-        cluster(work, "kill", str(victim))
+        # Failover: partition 0's leader as the cluster sees it now.
+        current, controller = leaders(nodes[placement[0]])
+        victim = (current or placement)[0]
+        if current != placement:
+            print(f"(leaders moved during the load: {placement} then {current})", flush=True)
+        # Timed from the signal: the script returns once the process is gone, which can take
+        # a second when its in-flight disk writes must finish first.
         killed = time.monotonic()
+        cluster(work, "kill", str(victim))
         nodes[victim].close()
         survivors = [n for n in NODES if n != victim]
         new_leader_s = first_write_s = None

@@ -369,3 +369,46 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
     );
     cluster.wait_agreed();
 }
+
+#[test]
+fn a_killed_broker_is_fenced_once_its_connections_close_not_a_session_later() {
+    // A session longer than any wait here: only the closed connections can fence the
+    // killed broker in time.
+    let mut cluster = Cluster::start_with(&[
+        "broker.session.timeout.ms=120000",
+        "broker.heartbeat.interval.ms=500",
+    ]);
+    let controller = cluster.controller();
+    assert_eq!(
+        create_replicated(&mut cluster.client(controller), "moves", 3),
+        0
+    );
+    let before = wait_for(|| {
+        leaders(&cluster, controller, "moves").filter(|led| led.values().all(|&l| l >= 0))
+    });
+    let victim = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != controller)
+        .expect("a node that is not the controller");
+    let killed_at = Instant::now();
+    let _killed: Stopped = cluster.nodes.remove(&victim).expect("running").kill();
+    wait_for(|| {
+        (!broker_ids(&metadata(&mut cluster.client(controller), &[])).contains(&victim))
+            .then_some(())
+    });
+    eprintln!(
+        "node {victim} fenced {:?} after its kill",
+        killed_at.elapsed()
+    );
+    // Its partitions have other leaders from their ISRs; the others kept theirs.
+    let after = wait_for(|| {
+        leaders(&cluster, controller, "moves")
+            .filter(|led| led.values().all(|&l| l >= 0 && l != victim))
+    });
+    for (partition, &leader) in &before {
+        if leader != victim {
+            assert_eq!(after[partition], leader);
+        }
+    }
+}

@@ -203,6 +203,7 @@ impl Controller {
         }
         let leader = status.leader.map_or(-1, |leader| leader as i32);
         self.active_controller.store(leader, Ordering::Relaxed);
+        self.disconnected.replace(status.disconnected.clone());
     }
 
     /// Where the quorum stands, for DescribeQuorum; `None` for a one-voter node.
@@ -440,15 +441,21 @@ impl Controller {
     }
 
     /// While active: fences every unfenced broker not heard from for a session, and gives
-    /// its partitions another leader from their ISR (none if it was the only one).
+    /// its partitions another leader from their ISR (none if it was the only one). A broker
+    /// whose connections to this voter were all closed by its end (its process died: the
+    /// kernel closed them), that has not connected again within `reconnect_grace` and not
+    /// been heard from since, is fenced then rather than a whole session later. A broker
+    /// behind a network partition or paused keeps its connections open (or they end by
+    /// silence, not by its end), so it waits for the session.
     async fn fence_silent_brokers(shard: &Rc<Shard>) {
         let controller = Self::of(shard);
         if controller.active_term.get().is_none() {
             return;
         }
         let now = Instant::now();
-        let silent: Vec<(i32, i64)> = {
+        let silent: Vec<(i32, i64, &str)> = {
             let heartbeats = controller.heartbeats.borrow();
+            let disconnected = controller.disconnected.borrow();
             let since = controller.active_since.get();
             controller
                 .proposed
@@ -456,15 +463,30 @@ impl Controller {
                 .brokers
                 .values()
                 .filter(|broker| !broker.fenced)
-                .filter(|broker| {
-                    let heard = heartbeats.get(&broker.id).copied().unwrap_or(since);
-                    now.duration_since(heard) > controller.session_timeout
+                .filter_map(|broker| {
+                    let heard = heartbeats.get(&broker.id).copied();
+                    // A new controller gives every broker the grace to connect to it.
+                    let gone = now.duration_since(since) > controller.reconnect_grace
+                        && disconnected.iter().any(|&(voter, lost)| {
+                            i64::from(broker.id) == voter as i64
+                                && now.duration_since(lost) > controller.reconnect_grace
+                                && heard.is_none_or(|heard| heard < lost)
+                        });
+                    let silent =
+                        now.duration_since(heard.unwrap_or(since)) > controller.session_timeout;
+                    let why = if silent {
+                        "not heard from for a session"
+                    } else if gone {
+                        "its connections closed and it did not come back"
+                    } else {
+                        return None;
+                    };
+                    Some((broker.id, broker.epoch, why))
                 })
-                .map(|broker| (broker.id, broker.epoch))
                 .collect()
         };
-        for (broker_id, broker_epoch) in silent {
-            tracing::warn!(broker_id, "fencing a broker not heard from for a session");
+        for (broker_id, broker_epoch, why) in silent {
+            tracing::warn!(broker_id, why, "fencing a broker");
             match controller.fence(broker_id, broker_epoch, false).await {
                 Ok(()) => {
                     if let Err(refusal) = Controller::publish(shard, None).await {

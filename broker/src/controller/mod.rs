@@ -116,6 +116,12 @@ pub struct Controller {
     active_since: Cell<Instant>,
     /// `broker.session.timeout.ms`.
     session_timeout: Duration,
+    /// `broker.heartbeat.interval.ms`: how long a broker whose connection to this voter
+    /// ended has to connect again before it is fenced (see `fence_silent_brokers`).
+    reconnect_grace: Duration,
+    /// The voters whose connections to this one all ended, and since when (the quorum's
+    /// latest status).
+    disconnected: RefCell<Vec<(u64, Instant)>>,
     /// `metadata.log.max.record.bytes.between.snapshots`.
     snapshot_bytes: u64,
     /// The broker default of `unclean.leader.election.enable`.
@@ -144,6 +150,8 @@ impl Controller {
             heartbeats: RefCell::new(HashMap::new()),
             active_since: Cell::new(Instant::now()),
             session_timeout: Duration::from_secs(9),
+            reconnect_grace: Duration::from_secs(2),
+            disconnected: RefCell::new(Vec::new()),
             snapshot_bytes: u64::MAX,
             unclean_default: Cell::new(false),
             leader_balance_interval: None,
@@ -163,6 +171,7 @@ impl Controller {
         self.quorum = quorum;
         self.active_controller = config.active_controller.clone();
         self.session_timeout = config.session_timeout;
+        self.reconnect_grace = config.heartbeat_interval;
         self.snapshot_bytes = config.metadata_snapshot_bytes;
         self.unclean_default
             .set(config.topic_defaults["unclean.leader.election.enable"] == "true");

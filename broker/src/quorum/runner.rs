@@ -61,6 +61,9 @@ pub struct QuorumStatus {
     pub active: bool,
     /// Set once the voter stopped on a failure of its log.
     pub failed: Option<String>,
+    /// The voters whose own end closed their last connection to this one, and that have
+    /// none now, with since when.
+    pub disconnected: Vec<(u64, Instant)>,
 }
 
 /// A request another voter forwarded to this one, for its active controller; answered
@@ -330,10 +333,36 @@ impl Waiting {
     }
 }
 
+/// The connections other voters opened to this one: how many each has open (an old one
+/// may end after its replacement opened), and since when each voter whose last connection
+/// its own end closed has none. A connection that went silent (a follower has nothing to
+/// say to another follower) or that this end refused says nothing of the peer's life.
+#[derive(Default)]
+struct Connections {
+    open: BTreeMap<u64, usize>,
+    lost_since: BTreeMap<u64, Instant>,
+}
+
+impl Connections {
+    fn opened(&mut self, voter: u64) {
+        *self.open.entry(voter).or_default() += 1;
+        self.lost_since.remove(&voter);
+    }
+
+    fn closed(&mut self, voter: u64, by_peer: bool) {
+        let open = self.open.entry(voter).or_default();
+        *open = open.saturating_sub(1);
+        if *open == 0 && by_peer {
+            self.lost_since.insert(voter, Instant::now());
+        }
+    }
+}
+
 fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tick: Duration) {
     let mut next_tick = Instant::now() + tick;
     let mut failed: Option<String> = None;
     let mut waiting = Waiting::default();
+    let mut connections = Connections::default();
     loop {
         let input = match inputs.recv_deadline(next_tick) {
             Ok(input) => Some(input),
@@ -349,7 +378,15 @@ fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tic
             None => {}
             Some(Input::Stop) => break,
             Some(Input::Status(reply)) => {
-                let _ = reply.send(status(&node, failed.clone()));
+                let _ = reply.send(status(&node, failed.clone(), &connections));
+                continue;
+            }
+            Some(Input::Inbound(Inbound::Connected { from })) => {
+                connections.opened(from);
+                continue;
+            }
+            Some(Input::Inbound(Inbound::Closed { from, by_peer })) => {
+                connections.closed(from, by_peer);
                 continue;
             }
             Some(Input::Reply { to, id, result }) => {
@@ -426,7 +463,7 @@ fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tic
     out.transport.stop();
 }
 
-fn status(node: &QuorumNode, failed: Option<String>) -> QuorumStatus {
+fn status(node: &QuorumNode, failed: Option<String>, connections: &Connections) -> QuorumStatus {
     let progress = node.voter_progress();
     let voters = if progress.is_empty() {
         node.voters().into_iter().map(|id| (id, None)).collect()
@@ -447,5 +484,34 @@ fn status(node: &QuorumNode, failed: Option<String>) -> QuorumStatus {
         log_bytes: node.log_bytes(),
         active: node.is_active_leader(),
         failed,
+        disconnected: connections
+            .lost_since
+            .iter()
+            .map(|(&voter, &since)| (voter, since))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod connection_tests {
+    use super::Connections;
+
+    #[test]
+    fn a_voter_is_disconnected_once_its_end_closed_its_last_connection() {
+        let mut connections = Connections::default();
+        connections.opened(2);
+        connections.opened(2);
+        connections.closed(2, true);
+        assert!(connections.lost_since.is_empty(), "a newer one is open");
+        connections.closed(2, true);
+        assert!(connections.lost_since.contains_key(&2));
+        connections.opened(2);
+        assert!(connections.lost_since.is_empty(), "back");
+        connections.opened(3);
+        connections.closed(3, false);
+        assert!(
+            connections.lost_since.is_empty(),
+            "silence or a refusal says nothing of the peer's life"
+        );
     }
 }

@@ -54,6 +54,17 @@ pub enum Inbound {
         id: u64,
         result: Result<Vec<u8>, String>,
     },
+    /// A connection from voter `from` passed the hellos.
+    Connected {
+        from: u64,
+    },
+    /// A connection from voter `from` that had passed the hellos ended: `by_peer` if the
+    /// peer's end closed it (as the kernel does for a process that dies), not if it was
+    /// silent too long or broke the protocol.
+    Closed {
+        from: u64,
+        by_peer: bool,
+    },
 }
 
 /// Who this voter is and who the others are.
@@ -314,24 +325,42 @@ fn read_peer<T: From<Inbound>>(
     // The dialler checks who answers, and from which directory, before it sends anything.
     stream.set_write_timeout(Some(HELLO_WAIT))?;
     stream.write_all(&wire::encode(&Frame::Hello(membership.local.clone())))?;
+    let from = hello.node_id;
+    if inbound.send(T::from(Inbound::Connected { from })).is_err() {
+        return Err(ReadError::Stopped);
+    }
+    let ended = read_messages(&mut stream, from, inbound, stop);
+    let by_peer = matches!(&ended, Err(ReadError::Io(error)) if matches!(
+        error.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+    ));
+    let _ = inbound.send(T::from(Inbound::Closed { from, by_peer }));
+    ended
+}
+
+/// Reads the frames after the hellos of a connection from voter `from` into `inbound`.
+fn read_messages<T: From<Inbound>>(
+    stream: &mut TcpStream,
+    from: u64,
+    inbound: &flume::Sender<T>,
+    stop: &AtomicBool,
+) -> Result<(), ReadError> {
     loop {
-        let received = match read_frame(&mut stream, stop, READ_IDLE_MAX)? {
+        let received = match read_frame(stream, stop, READ_IDLE_MAX)? {
             Frame::Hello(_) => return Err(ReadError::SecondHello),
             Frame::Raft(message) => {
                 let message = Message::try_from(*message)?;
-                if message.from != hello.node_id {
+                if message.from != from {
                     return Err(ReadError::Impersonation {
-                        hello: hello.node_id,
+                        hello: from,
                         from: message.from,
                     });
                 }
                 Inbound::Raft(message)
             }
-            Frame::Forward { id, body } => Inbound::Forward {
-                from: hello.node_id,
-                id,
-                body,
-            },
+            Frame::Forward { id, body } => Inbound::Forward { from, id, body },
             Frame::Forwarded { id, result } => Inbound::Forwarded { id, result },
         };
         if inbound.send(T::from(received)).is_err() {
