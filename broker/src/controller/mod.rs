@@ -119,8 +119,8 @@ pub struct Controller {
     /// `broker.heartbeat.interval.ms`: how long a broker whose connection to this voter
     /// ended has to connect again before it is fenced (see `fence_silent_brokers`).
     reconnect_grace: Duration,
-    /// The voters whose connections to this one all ended, and since when (the quorum's
-    /// latest status).
+    /// The voters whose connections to this one were all closed by their end, and since
+    /// when (the quorum's latest status).
     disconnected: RefCell<Vec<(u64, Instant)>>,
     /// `metadata.log.max.record.bytes.between.snapshots`.
     snapshot_bytes: u64,

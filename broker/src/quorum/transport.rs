@@ -8,6 +8,8 @@
 //! until the acceptor's hello names the voter it dialled, from its known directory. Raft tolerates loss, duplication and
 //! reordering, so a failed write drops the frame and the connection is dialled anew with a
 //! backoff; a peer's queue is bounded and sheds its oldest frames when the peer is gone.
+//! Each accepted connection's hello and end are reported too, the end saying whether the
+//! peer closed it, so that the controller learns at once of a voter whose process died.
 //!
 //! Invariants: an accepted connection's first frame is a [`Hello`] that passes
 //! [`Hello::check`] (same cluster, another voter) from the directory that voter first spoke

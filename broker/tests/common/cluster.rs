@@ -5,7 +5,6 @@
 //! Every wait is bounded.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -30,9 +29,11 @@ pub struct Cluster {
     _tmp: tempfile::TempDir,
 }
 
+/// A port for a controller listener: below the kernel's ephemeral range, like the client
+/// ports, so that no connection's source port takes it before its node binds it (the
+/// voters' addresses are fixed, so a node cannot retry on another port).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
+    super::launch::candidate_port()
 }
 
 impl Cluster {

@@ -121,7 +121,7 @@ pub fn log_filter(default: &str) -> String {
 }
 
 /// A random port below the ephemeral range that nothing listens on right now.
-fn candidate_port() -> u16 {
+pub fn candidate_port() -> u16 {
     let low = ephemeral_low();
     let floor = low.saturating_sub(RANGE_BYTES).max(1024);
     loop {
