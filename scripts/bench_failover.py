@@ -28,7 +28,6 @@ builds, built if missing).
 
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -136,12 +135,12 @@ def one_round(work, size, producers, partitions, duration, kill_at, settings):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         started = time.monotonic()
-        placement, controller = None, None
+        placement = None
         while placement is None or len(placement) < partitions or -1 in placement.values():
             if time.monotonic() - started > 30:
                 raise RuntimeError("the topic has no leaders after 30 s")
             time.sleep(0.05)
-            placement, controller = leaders(nodes[1])
+            placement, _ = leaders(nodes[1])
         # Lag under full load, until the kill.
         lags = []
         first_ends = last_ends = None  # (time, the leaders' log ends summed)
@@ -192,7 +191,6 @@ def one_round(work, size, producers, partitions, duration, kill_at, settings):
         "lag_p50": percentile(lags, 0.50),
         "lag_p99": percentile(lags, 0.99),
         "lag_max": max(lags, default=0),
-        "lag_mean": statistics.fmean(lags) if lags else 0,
         "victim": victim,
         "victim_was_controller": controller == victim,
         "new_leader_s": new_leader_s,

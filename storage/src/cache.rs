@@ -168,8 +168,8 @@ impl Entries {
     }
 
     /// Drops every entry of `segments`, cut out of log `log_id`'s index by the caller.
-    fn remove_segments(&mut self, log_id: u64, segments: BTreeMap<i64, SegmentEntries>) {
-        for (_, segment) in segments {
+    fn remove_segments(&mut self, log_id: u64, segments: impl IntoIterator<Item = SegmentEntries>) {
+        for segment in segments {
             for (_, seq) in segment.starts {
                 self.take(seq);
             }
@@ -342,7 +342,7 @@ impl BatchCache {
         let mut entries = self.entries.borrow_mut();
         if let Some(log) = entries.logs.get_mut(&log_id) {
             let segments = std::mem::take(&mut log.segments);
-            entries.remove_segments(log_id, segments);
+            entries.remove_segments(log_id, segments.into_values());
         }
     }
 
@@ -352,7 +352,7 @@ impl BatchCache {
         if let Some(log) = entries.logs.get_mut(&log_id) {
             let kept = log.segments.split_off(&base_offset);
             let segments = std::mem::replace(&mut log.segments, kept);
-            entries.remove_segments(log_id, segments);
+            entries.remove_segments(log_id, segments.into_values());
         }
     }
 
@@ -360,13 +360,8 @@ impl BatchCache {
     pub(crate) fn remove_segment(&self, log_id: u64, base_offset: i64) {
         let mut entries = self.entries.borrow_mut();
         if let Some(log) = entries.logs.get_mut(&log_id) {
-            let segments: BTreeMap<_, _> = log
-                .segments
-                .remove(&base_offset)
-                .map(|segment| (base_offset, segment))
-                .into_iter()
-                .collect();
-            entries.remove_segments(log_id, segments);
+            let segment = log.segments.remove(&base_offset);
+            entries.remove_segments(log_id, segment);
         }
     }
 
@@ -375,7 +370,7 @@ impl BatchCache {
         let mut entries = self.entries.borrow_mut();
         if let Some(log) = entries.logs.get_mut(&log_id) {
             let segments = log.segments.split_off(&base_offset);
-            entries.remove_segments(log_id, segments);
+            entries.remove_segments(log_id, segments.into_values());
         }
     }
 }

@@ -468,7 +468,7 @@ impl Controller {
                     // A new controller gives every broker the grace to connect to it.
                     let gone = now.duration_since(since) > controller.reconnect_grace
                         && disconnected.iter().any(|&(voter, lost)| {
-                            i64::from(broker.id) == voter as i64
+                            u64::try_from(broker.id) == Ok(voter)
                                 && now.duration_since(lost) > controller.reconnect_grace
                                 && heard.is_none_or(|heard| heard < lost)
                         });
