@@ -190,6 +190,29 @@ fn three_nodes_agree_on_brokers_and_topics_and_survive_the_loss_of_the_controlle
             .all(|v| v.log_end_offset > 0)
             .then_some(())
     });
+    // Each voter is named with the directory it speaks from (KIP-853), by every node.
+    let directory_of = |id: i32| {
+        let properties =
+            std::fs::read_to_string(cluster.dirs[&id].join("data").join("meta.properties"))
+                .expect("a formatted directory");
+        let text = properties
+            .lines()
+            .find_map(|line| line.strip_prefix("directory.id="))
+            .expect("a directory id")
+            .to_string();
+        client::parse_kafka_uuid(&text).expect("Kafka's text form of a uuid")
+    };
+    for &id in cluster.nodes.keys() {
+        let asked = describe_quorum(&mut cluster.client(id));
+        for voter in &asked.topics[0].partitions[0].current_voters {
+            assert_eq!(
+                voter.replica_directory_id,
+                directory_of(voter.replica_id.0),
+                "node {id} names voter {}'s directory",
+                voter.replica_id.0
+            );
+        }
+    }
     for &id in cluster.nodes.keys().filter(|&&id| id != controller) {
         let asked = describe_quorum(&mut cluster.client(id));
         let partition = &asked.topics[0].partitions[0];

@@ -14,7 +14,6 @@
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::cluster::{Executed, ForwardedRequest};
@@ -26,7 +25,7 @@ use crate::partition::IsrChange;
 use crate::shard_state::Shard;
 
 /// One partition's ISR change in an AlterPartitions request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AlterPartitionItem {
     pub topic_id: u128,
     pub partition: i32,

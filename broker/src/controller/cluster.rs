@@ -16,11 +16,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
-use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::alter_partitions::AlterPartitionItem;
 use super::partitions::{elected, PartitionOutcome, Reassignment, TopicPartition};
 use super::quorum_view::QuorumView;
+use super::rpc;
 use super::{Controller, Election, Refusal, TopicSpec};
 use crate::metadata::records::BrokerEndpoint;
 use crate::metadata::NO_LEADER;
@@ -36,40 +37,38 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a node asks of the active controller.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Each travels as the Kafka request that asks it (`rpc.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ForwardedRequest {
+    /// A new incarnation of a broker (Kafka's BrokerRegistration); answered with its epoch.
+    /// A registration repeated by the same incarnation gets the same epoch.
     Register {
         broker_id: i32,
+        cluster_id: String,
+        incarnation_id: Uuid,
         endpoints: Vec<BrokerEndpoint>,
         rack: Option<String>,
     },
-    Unfence {
-        broker_id: i32,
-        broker_epoch: i64,
-    },
     /// A block of producer ids (Kafka's AllocateProducerIds); answered with its first id.
-    AllocateProducerIds {
-        broker_id: i32,
-    },
+    AllocateProducerIds { broker_id: i32, broker_epoch: i64 },
     /// A topic a broker creates for itself: `__consumer_offsets`, or one a client's
     /// Metadata request auto-creates.
     CreateTopic(TopicSpec),
-    /// Broker `broker_id`, incarnation `broker_epoch`, is alive (Kafka's BrokerHeartbeat).
+    /// Broker `broker_id`, incarnation `broker_epoch`, is alive (Kafka's BrokerHeartbeat),
+    /// has applied the metadata log up to `metadata_offset`, and unless `want_fence` asks to
+    /// be unfenced: a broker serves its partitions before it first sends one.
     Heartbeat {
         broker_id: i32,
         broker_epoch: i64,
+        metadata_offset: i64,
+        want_fence: bool,
     },
     /// Broker `broker_id`, incarnation `broker_epoch`, is stopping (Kafka's controlled
-    /// shutdown): its leaderships go to other ISR members, or none, and it is fenced now
-    /// rather than a session later.
-    ControlledShutdown {
-        broker_id: i32,
-        broker_epoch: i64,
-    },
+    /// shutdown, a BrokerHeartbeat that wants to shut down): its leaderships go to other ISR
+    /// members, or none, and it is fenced now rather than a session later.
+    ControlledShutdown { broker_id: i32, broker_epoch: i64 },
     /// A client's DeleteTopics, for one topic (its id as a number).
-    DeleteTopic {
-        topic_id: u128,
-    },
+    DeleteTopic { topic_id: u128 },
     /// A client's CreatePartitions, for one topic.
     CreatePartitions {
         name: String,
@@ -129,10 +128,15 @@ impl ForwardedRequest {
 }
 
 /// What the active controller answers a request with: a number (an epoch, a producer id,
-/// a partition epoch, or 0), or an outcome per partition.
-#[derive(Debug, Serialize, Deserialize)]
+/// or 0), or an outcome per partition.
+#[derive(Debug, PartialEq, Eq)]
 pub(super) enum Executed {
     Value(i64),
+    /// A heartbeat's: whether the broker is fenced now, and whether it may shut down.
+    Heartbeat {
+        fenced: bool,
+        shutting_down: bool,
+    },
     Partitions(Vec<PartitionOutcome>),
     /// One outcome per item of a batch (AlterPartitions: each item's new partition epoch).
     Epochs(Vec<Result<i64, Refusal>>),
@@ -143,32 +147,26 @@ impl Executed {
     pub(super) fn value(self) -> i64 {
         match self {
             Executed::Value(value) => value,
-            Executed::Partitions(_) | Executed::Epochs(_) | Executed::Quorum(_) => 0,
+            Executed::Heartbeat { .. }
+            | Executed::Partitions(_)
+            | Executed::Epochs(_)
+            | Executed::Quorum(_) => 0,
         }
     }
 
-    fn partitions(self) -> Vec<PartitionOutcome> {
+    pub(super) fn partitions(self) -> Vec<PartitionOutcome> {
         match self {
             Executed::Partitions(outcomes) => outcomes,
-            Executed::Value(_) | Executed::Epochs(_) | Executed::Quorum(_) => Vec::new(),
+            _ => Vec::new(),
         }
     }
 
     pub(super) fn epochs(self) -> Vec<Result<i64, Refusal>> {
         match self {
             Executed::Epochs(outcomes) => outcomes,
-            Executed::Value(_) | Executed::Partitions(_) | Executed::Quorum(_) => Vec::new(),
+            _ => Vec::new(),
         }
     }
-}
-
-/// The active controller's answer to a forwarded request: its outcome, and the end of the
-/// controller's applied log once it had executed it, which the requester reaches before it
-/// answers its own client (so that what the request changed is visible on it too).
-#[derive(Debug, Serialize, Deserialize)]
-struct ForwardedAnswer {
-    outcome: Result<Executed, Refusal>,
-    log_end: u64,
 }
 
 impl Controller {
@@ -230,22 +228,27 @@ impl Controller {
             let outcome = if self.active_term.get().is_some() {
                 self.execute(shard, request.clone()).await
             } else {
-                let body = serde_json::to_vec(&request).expect("requests always serialize");
-                match quorum.proposer().forward(body).await {
-                    Ok(answer) => match serde_json::from_slice::<ForwardedAnswer>(&answer) {
-                        Ok(ForwardedAnswer {
-                            outcome: Ok(value),
-                            log_end,
-                        }) => {
-                            let shard = shard.filter(|_| request.changes_topics());
-                            self.catch_up(shard, log_end).await.map(|()| value)
+                let correlation_id = self.correlation.get().wrapping_add(1);
+                self.correlation.set(correlation_id);
+                let call = rpc::encode_call(&request, self.node_id, correlation_id);
+                match quorum.proposer().forward(call.to_vec()).await {
+                    Ok(answer) if answer.is_empty() => Err(Refusal::new(
+                        ResponseError::UnknownServerError,
+                        "the active controller could not read a request of this node (see its log)",
+                    )),
+                    Ok(answer) => {
+                        match rpc::decode_answer(&request, correlation_id, answer.into()) {
+                            Ok((Ok(value), log_end)) => {
+                                let shard = shard.filter(|_| request.changes_topics());
+                                self.catch_up(shard, log_end).await.map(|()| value)
+                            }
+                            Ok((outcome, _)) => outcome,
+                            Err(error) => Err(Refusal::new(
+                                ResponseError::UnknownServerError,
+                                format!("an answer of the controller is unreadable: {error}"),
+                            )),
                         }
-                        Ok(ForwardedAnswer { outcome, .. }) => outcome,
-                        Err(error) => Err(Refusal::new(
-                            ResponseError::UnknownServerError,
-                            format!("an answer of the controller is unreadable: {error}"),
-                        )),
-                    },
+                    }
                     Err(reason) => Err(Refusal::new(ResponseError::NotController, reason)),
                 }
             };
@@ -279,26 +282,41 @@ impl Controller {
         let value = match request {
             ForwardedRequest::Register {
                 broker_id,
+                cluster_id,
+                incarnation_id,
                 endpoints,
                 rack,
-            } => self.register(broker_id, endpoints, rack).await,
-            ForwardedRequest::Unfence {
+            } => {
+                self.register(broker_id, &cluster_id, incarnation_id, endpoints, rack)
+                    .await
+            }
+            ForwardedRequest::AllocateProducerIds {
                 broker_id,
                 broker_epoch,
-            } => self.unfence(broker_id, broker_epoch).await,
-            ForwardedRequest::AllocateProducerIds { broker_id } => {
-                self.allocate_block(broker_id).await
-            }
+            } => self.allocate_block(broker_id, broker_epoch).await,
             ForwardedRequest::Heartbeat {
                 broker_id,
                 broker_epoch,
-            } => self.heartbeat(broker_id, broker_epoch).await,
+                want_fence,
+                ..
+            } => {
+                return self
+                    .heartbeat(broker_id, broker_epoch, want_fence)
+                    .await
+                    .map(|fenced| Executed::Heartbeat {
+                        fenced,
+                        shutting_down: false,
+                    })
+            }
             ForwardedRequest::ControlledShutdown {
                 broker_id,
                 broker_epoch,
             } => {
                 self.fence(broker_id, broker_epoch, true).await?;
-                Ok(broker_epoch)
+                return Ok(Executed::Heartbeat {
+                    fenced: true,
+                    shutting_down: true,
+                });
             }
             ForwardedRequest::CreateTopic(spec) => {
                 Controller::create_topic(running()?, spec, false)
@@ -411,9 +429,15 @@ impl Controller {
         }
     }
 
-    /// A heartbeat of incarnation `broker_epoch` of `broker_id`: noted, and a broker that
-    /// was fenced for silence is unfenced (it is back, and caught up enough to answer).
-    async fn heartbeat(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+    /// A heartbeat of incarnation `broker_epoch` of `broker_id`: noted, and unless it
+    /// `want_fence`s, a fenced broker is unfenced (newly registered and serving, or fenced
+    /// for silence and back), except one that said it stops. Whether it is fenced now.
+    pub(super) async fn heartbeat(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+        want_fence: bool,
+    ) -> Result<bool, Refusal> {
         let known = self.proposed.borrow().brokers.get(&broker_id).cloned();
         let Some(broker) = known else {
             return Err(Refusal::new(
@@ -434,10 +458,11 @@ impl Controller {
             .borrow_mut()
             .insert(broker_id, Instant::now());
         // A broker that said it stops stays fenced: a heartbeat it sent before is late.
-        if broker.fenced && !broker.in_controlled_shutdown {
+        if broker.fenced && !broker.in_controlled_shutdown && !want_fence {
             self.unfence(broker_id, broker_epoch).await?;
+            return Ok(false);
         }
-        Ok(broker_epoch)
+        Ok(broker.fenced)
     }
 
     /// While active: fences every unfenced broker not heard from for a session, and gives
@@ -584,10 +609,11 @@ impl Controller {
         let node = shard.config.node_id;
         loop {
             glommio::timer::sleep(shard.config.heartbeat_interval).await;
-            let broker_epoch = controller.broker_epoch(node);
             let request = ForwardedRequest::Heartbeat {
                 broker_id: node,
-                broker_epoch,
+                broker_epoch: controller.broker_epoch(node),
+                metadata_offset: controller.metadata_end_offset() as i64,
+                want_fence: false,
             };
             if let Err(refusal) = controller.execute_or_forward(Some(&shard), request).await {
                 tracing::debug!(message = refusal.message, "a heartbeat was not taken");
@@ -701,31 +727,36 @@ impl Controller {
     }
 }
 
-/// Executes a request another node forwarded, if this node is the active controller, and
-/// answers it.
+/// Executes a request another node sent, if this node is the active controller, and
+/// answers it in kind. A request that cannot be read gets an empty answer (and a warning
+/// here): the requester then fails it rather than try again.
 async fn serve_forwarded(shard: Rc<Shard>, request: ForwardRequest) {
     let controller = Controller::of(&shard);
-    let outcome = match serde_json::from_slice::<ForwardedRequest>(&request.body) {
-        Ok(_) if controller.active_term.get().is_none() => Err(controller.not_controller()),
-        Ok(forwarded) => {
-            let outcome = controller.execute(Some(&shard), forwarded).await;
-            // A registration or a fencing change is published here before the answer; most
-            // heartbeats change nothing.
-            if let Err(refusal) = Controller::publish_if_behind(&shard).await {
-                tracing::warn!(message = refusal.message, "publishing a committed image");
-            }
-            outcome
+    let answer = match rpc::decode_call(request.body.into()) {
+        Ok(call) => {
+            let outcome = if controller.active_term.get().is_none() {
+                Err(controller.not_controller())
+            } else {
+                let outcome = controller.execute(Some(&shard), call.request.clone()).await;
+                // A registration or a fencing change is published here before the answer;
+                // most heartbeats change nothing.
+                if let Err(refusal) = Controller::publish_if_behind(&shard).await {
+                    tracing::warn!(message = refusal.message, "publishing a committed image");
+                }
+                outcome
+            };
+            let log_end = controller.store.borrow().end_offset();
+            rpc::encode_answer(&call, outcome, log_end).to_vec()
         }
-        Err(error) => Err(Refusal::new(
-            ResponseError::InvalidRequest,
-            format!("an unreadable forwarded request: {error}"),
-        )),
+        Err(reason) => {
+            tracing::warn!(
+                from = request.from,
+                reason,
+                "an unreadable controller request"
+            );
+            Vec::new()
+        }
     };
-    let answer = ForwardedAnswer {
-        outcome,
-        log_end: controller.store.borrow().end_offset(),
-    };
-    let answer = serde_json::to_vec(&answer).expect("answers always serialize");
     if let Some(quorum) = &controller.quorum {
         quorum.reply(request.from, request.id, Ok(answer));
     }

@@ -14,7 +14,7 @@
 use crate::metadata::{PartitionState, NO_LEADER};
 
 /// How a leader is chosen (Kafka's `ElectionType` and the controller's own elections).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Election {
     /// The preferred replica (the first), if it may lead and is in sync; else as `Online`.
     Preferred,

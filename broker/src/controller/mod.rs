@@ -24,6 +24,7 @@ mod partitions;
 mod placement;
 mod quorum_view;
 mod reassign;
+mod rpc;
 mod validate;
 
 pub use cluster::ForwardedRequest;
@@ -71,7 +72,7 @@ pub struct ProducerIdBlock {
 }
 
 /// A refusal, in Kafka's terms.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub error_code: i16,
     pub message: String,
@@ -87,7 +88,7 @@ impl Refusal {
 }
 
 /// What CreateTopics asks for one topic, already defaulted.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicSpec {
     pub name: String,
     pub partition_count: i32,
@@ -132,6 +133,12 @@ pub struct Controller {
     /// The epoch of the newest image sent to the shards: a committed image past it is
     /// still to be published, whichever task applied it.
     published: Cell<u64>,
+    /// This node's `node.id` and cluster id, and this process's incarnation of its broker.
+    node_id: i32,
+    cluster_id: String,
+    incarnation_id: Uuid,
+    /// The correlation id of the last request this node sent the active controller.
+    correlation: Cell<i32>,
 }
 
 impl Controller {
@@ -156,6 +163,10 @@ impl Controller {
             unclean_default: Cell::new(false),
             leader_balance_interval: None,
             published: Cell::new(0),
+            node_id: -1,
+            cluster_id: String::new(),
+            incarnation_id: Uuid::new_v4(),
+            correlation: Cell::new(0),
         })
     }
 
@@ -169,6 +180,8 @@ impl Controller {
                 .store(config.node_id, Ordering::Relaxed);
         }
         self.quorum = quorum;
+        self.node_id = config.node_id;
+        self.cluster_id = config.cluster_id.clone().unwrap_or_default();
         self.active_controller = config.active_controller.clone();
         self.session_timeout = config.session_timeout;
         self.reconnect_grace = config.heartbeat_interval;
@@ -193,6 +206,8 @@ impl Controller {
     pub async fn register_local(&self, config: &BrokerConfig) -> Result<(), Refusal> {
         let request = ForwardedRequest::Register {
             broker_id: config.node_id,
+            cluster_id: self.cluster_id.clone(),
+            incarnation_id: self.incarnation_id,
             endpoints: vec![BrokerEndpoint {
                 name: "PLAINTEXT".into(),
                 host: config.advertised.host.clone(),
@@ -205,22 +220,39 @@ impl Controller {
         self.wait_for_epoch(config.node_id, epoch, false).await
     }
 
-    /// A new incarnation of broker `broker_id`, fenced, at the epoch after its last one.
+    /// A new incarnation of broker `broker_id`, fenced, at the epoch after its last one;
+    /// the incarnation registered already (a registration sent again) keeps its epoch.
     async fn register(
         &self,
         broker_id: i32,
+        cluster_id: &str,
+        incarnation_id: Uuid,
         endpoints: Vec<BrokerEndpoint>,
         rack: Option<String>,
     ) -> Result<i64, Refusal> {
-        let epoch = self
+        if cluster_id != self.cluster_id {
+            return Err(Refusal::new(
+                ResponseError::InconsistentClusterId,
+                format!(
+                    "broker {broker_id} is of cluster {cluster_id}, this is cluster {}",
+                    self.cluster_id
+                ),
+            ));
+        }
+        let known = self
             .proposed
             .borrow()
             .brokers
             .get(&broker_id)
-            .map_or(1, |broker| broker.epoch + 1);
+            .map(|broker| (broker.epoch, broker.incarnation_id));
+        let epoch = match known {
+            Some((epoch, known)) if known == incarnation_id => return Ok(epoch),
+            Some((epoch, _)) => epoch + 1,
+            None => 1,
+        };
         let registration = RegisterBrokerRecord {
             broker_id,
-            incarnation_id: Uuid::new_v4(),
+            incarnation_id,
             broker_epoch: epoch,
             endpoints,
             rack,
@@ -248,24 +280,19 @@ impl Controller {
                 format!("broker {node} is not registered"),
             ));
         };
-        let request = ForwardedRequest::Unfence {
+        let request = ForwardedRequest::Heartbeat {
             broker_id: node,
             broker_epoch: epoch,
+            metadata_offset: controller.metadata_end_offset() as i64,
+            want_fence: false,
         };
         controller.execute_or_forward(Some(shard), request).await?;
         controller.wait_for_epoch(node, epoch, true).await?;
         Controller::publish(shard, None).await
     }
 
-    /// The record that fences (or unfences) incarnation `broker_epoch` of broker
-    /// `broker_id`, if that is its current incarnation.
-    fn registration_change(
-        &self,
-        broker_id: i32,
-        broker_epoch: i64,
-        fenced: bool,
-        in_controlled_shutdown: Option<bool>,
-    ) -> Result<MetadataRecord, Refusal> {
+    /// STALE_BROKER_EPOCH unless `broker_epoch` is the current incarnation of `broker_id`.
+    fn check_broker_epoch(&self, broker_id: i32, broker_epoch: i64) -> Result<(), Refusal> {
         let current = self
             .proposed
             .borrow()
@@ -278,6 +305,19 @@ impl Controller {
                 format!("broker {broker_id} is at epoch {current:?}, not {broker_epoch}"),
             ));
         }
+        Ok(())
+    }
+
+    /// The record that fences (or unfences) incarnation `broker_epoch` of broker
+    /// `broker_id`, if that is its current incarnation.
+    fn registration_change(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+        fenced: bool,
+        in_controlled_shutdown: Option<bool>,
+    ) -> Result<MetadataRecord, Refusal> {
+        self.check_broker_epoch(broker_id, broker_epoch)?;
         Ok(MetadataRecord::BrokerRegistrationChange(
             BrokerRegistrationChangeRecord {
                 broker_id,
@@ -509,8 +549,12 @@ impl Controller {
         shard: &Rc<Shard>,
         broker_id: i32,
     ) -> Result<ProducerIdBlock, Refusal> {
-        let request = ForwardedRequest::AllocateProducerIds { broker_id };
-        let first = Self::of(shard)
+        let controller = Self::of(shard);
+        let request = ForwardedRequest::AllocateProducerIds {
+            broker_id,
+            broker_epoch: controller.broker_epoch(broker_id),
+        };
+        let first = controller
             .execute_or_forward(Some(shard), request)
             .await?
             .value();
@@ -520,8 +564,10 @@ impl Controller {
         })
     }
 
-    /// Commits the next block of producer ids to `broker_id`; the block's first id.
-    async fn allocate_block(&self, broker_id: i32) -> Result<i64, Refusal> {
+    /// Commits the next block of producer ids to incarnation `broker_epoch` of `broker_id`,
+    /// if that is its current one (as Kafka checks it); the block's first id.
+    async fn allocate_block(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+        self.check_broker_epoch(broker_id, broker_epoch)?;
         let first = self.proposed.borrow().next_producer_id_block_start;
         let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
             return Err(Refusal::new(
@@ -529,12 +575,6 @@ impl Controller {
                 "Exhausted all producer ids: the next block would pass i64::MAX.",
             ));
         };
-        let broker_epoch = self
-            .proposed
-            .borrow()
-            .brokers
-            .get(&broker_id)
-            .map_or(-1, |broker| broker.epoch);
         self.commit(vec![MetadataRecord::ProducerIds(ProducerIdsRecord {
             broker_id,
             broker_epoch,
@@ -767,5 +807,70 @@ fn new_partition(replicas: Vec<i32>) -> PartitionState {
         adding_replicas: Vec::new(),
         leader_epoch: 0,
         partition_epoch: 0,
+    }
+}
+
+#[cfg(test)]
+mod registration_tests {
+    use futures_lite::future::block_on;
+
+    use super::*;
+    use crate::metadata::FileMetadataStore;
+
+    fn controller(dir: &std::path::Path) -> Controller {
+        let store = Box::new(FileMetadataStore::new(dir, 1));
+        let mut controller = Controller::load(store).expect("loads");
+        controller.cluster_id = "cluster-a".into();
+        controller
+    }
+
+    fn register(controller: &Controller, cluster: &str, incarnation: Uuid) -> Result<i64, Refusal> {
+        block_on(controller.register(2, cluster, incarnation, Vec::new(), None))
+    }
+
+    fn fenced(controller: &Controller) -> bool {
+        controller.proposed.borrow().brokers[&2].fenced
+    }
+
+    #[test]
+    fn an_incarnation_registering_again_keeps_its_epoch_and_a_new_one_gets_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let controller = controller(dir.path());
+        let first = Uuid::new_v4();
+        assert_eq!(register(&controller, "cluster-a", first), Ok(1));
+        // The answer was lost and the broker asks again: nothing changes.
+        assert_eq!(register(&controller, "cluster-a", first), Ok(1));
+        assert_eq!(register(&controller, "cluster-a", Uuid::new_v4()), Ok(2));
+        let refused = register(&controller, "cluster-b", Uuid::new_v4()).unwrap_err();
+        assert_eq!(
+            refused.error_code,
+            code(ResponseError::InconsistentClusterId)
+        );
+        assert_eq!(controller.proposed.borrow().brokers[&2].epoch, 2);
+    }
+
+    #[test]
+    fn a_heartbeat_unfences_unless_it_wants_to_stay_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let controller = controller(dir.path());
+        let epoch = register(&controller, "cluster-a", Uuid::new_v4()).unwrap();
+        assert_eq!(block_on(controller.heartbeat(2, epoch, true)), Ok(true));
+        assert!(fenced(&controller));
+        assert_eq!(block_on(controller.heartbeat(2, epoch, false)), Ok(false));
+        assert!(!fenced(&controller));
+        let stale = block_on(controller.heartbeat(2, epoch - 1, false)).unwrap_err();
+        assert_eq!(stale.error_code, code(ResponseError::StaleBrokerEpoch));
+    }
+
+    #[test]
+    fn producer_ids_go_only_to_the_registered_incarnation() {
+        let dir = tempfile::tempdir().unwrap();
+        let controller = controller(dir.path());
+        let epoch = register(&controller, "cluster-a", Uuid::new_v4()).unwrap();
+        let stale = block_on(controller.allocate_block(2, epoch + 1)).unwrap_err();
+        assert_eq!(stale.error_code, code(ResponseError::StaleBrokerEpoch));
+        let first = block_on(controller.allocate_block(2, epoch)).unwrap();
+        let next = block_on(controller.allocate_block(2, epoch)).unwrap();
+        assert_eq!(next, first + PRODUCER_ID_BLOCK_SIZE);
     }
 }

@@ -10,7 +10,6 @@
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::elect::{elect, has_preferred_leader, Election};
@@ -25,7 +24,7 @@ use crate::shard_state::Shard;
 const BALANCING_ELECTIONS_MAX: usize = 1000;
 
 /// The outcome for one partition of a request that names many.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionOutcome {
     pub topic: String,
     pub partition: i32,

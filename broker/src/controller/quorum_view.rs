@@ -4,9 +4,10 @@
 //! forward DescribeQuorum, so every node gives the same account; only when no leader can be
 //! reached does it answer what it knows itself (its own log end, -1 for the others).
 
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::cluster::{Executed, ForwardedRequest};
 use super::Controller;
@@ -17,13 +18,15 @@ use crate::shard_state::Shard;
 const ASK_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The quorum: its leader (-1 for none known), the epoch (Raft term), the high watermark
-/// (records committed), and each voter with its log end offset (-1 where unknown).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// (records committed), and each voter with its log end offset (-1 where unknown) and the
+/// directory it speaks from (KIP-853; the nil id where unknown).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuorumView {
     pub leader: i32,
     pub epoch: i32,
     pub high_watermark: i64,
     pub voters: Vec<(i32, i64)>,
+    pub directories: BTreeMap<i32, Uuid>,
 }
 
 impl Controller {
@@ -56,6 +59,7 @@ impl Controller {
                 epoch: 0,
                 high_watermark: end_offset,
                 voters: vec![(node_id, end_offset)],
+                directories: BTreeMap::new(),
             };
         };
         let voters = status
@@ -75,6 +79,11 @@ impl Controller {
             epoch: status.term as i32,
             high_watermark: status.commit_index as i64 + 1,
             voters,
+            directories: status
+                .directories
+                .iter()
+                .filter_map(|(&id, text)| Some((id as i32, client::parse_kafka_uuid(text)?)))
+                .collect(),
         }
     }
 }

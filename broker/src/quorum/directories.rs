@@ -39,6 +39,14 @@ impl VoterDirectories {
         })
     }
 
+    /// The directory each voter that spoke to this one spoke from.
+    pub fn known(&self) -> BTreeMap<u64, String> {
+        self.known
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// Whether voter `voter` may speak from `directory`: the one it first spoke from, or
     /// any if it never spoke (then that one is kept).
     pub fn admit(&self, voter: u64, directory: &str) -> Result<(), WireError> {

@@ -64,6 +64,8 @@ pub struct QuorumStatus {
     /// The voters whose own end closed their last connection to this one, and that have
     /// none now, with since when.
     pub disconnected: Vec<(u64, Instant)>,
+    /// The directory id each voter speaks from, where known (this voter's own always).
+    pub directories: BTreeMap<u64, String>,
 }
 
 /// A request another voter forwarded to this one, for its active controller; answered
@@ -162,10 +164,12 @@ impl Quorum {
         let (committed_tx, committed) = flume::unbounded();
         let (requests_tx, requests) = flume::unbounded();
         std::fs::create_dir_all(&config.dir)?;
-        let directories = VoterDirectories::open(config.dir.join("voter-directories"))?;
+        let directories = Arc::new(VoterDirectories::open(
+            config.dir.join("voter-directories"),
+        )?);
         let transport = Transport::start(
             config.membership.clone(),
-            Arc::new(directories),
+            directories.clone(),
             listener,
             input.clone(),
         )?;
@@ -182,6 +186,8 @@ impl Quorum {
                         let _ = opened_tx.send(Ok(()));
                         let outputs = Outputs {
                             transport,
+                            directories,
+                            local_directory: config.membership.local.directory_id.clone(),
                             committed: committed_tx,
                             requests: requests_tx,
                         };
@@ -284,6 +290,9 @@ fn stopped() -> QuorumError {
 
 struct Outputs {
     transport: Transport,
+    /// The directory other voters speak from, and this voter's own.
+    directories: Arc<VoterDirectories>,
+    local_directory: String,
     committed: flume::Sender<Committed>,
     requests: flume::Sender<ForwardRequest>,
 }
@@ -378,7 +387,7 @@ fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tic
             None => {}
             Some(Input::Stop) => break,
             Some(Input::Status(reply)) => {
-                let _ = reply.send(status(&node, failed.clone(), &connections));
+                let _ = reply.send(status(&node, failed.clone(), &connections, &out));
                 continue;
             }
             Some(Input::Inbound(Inbound::Connected { from })) => {
@@ -463,7 +472,14 @@ fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tic
     out.transport.stop();
 }
 
-fn status(node: &QuorumNode, failed: Option<String>, connections: &Connections) -> QuorumStatus {
+fn status(
+    node: &QuorumNode,
+    failed: Option<String>,
+    connections: &Connections,
+    out: &Outputs,
+) -> QuorumStatus {
+    let mut directories = out.directories.known();
+    directories.insert(node.id(), out.local_directory.clone());
     let progress = node.voter_progress();
     let voters = if progress.is_empty() {
         node.voters().into_iter().map(|id| (id, None)).collect()
@@ -489,6 +505,7 @@ fn status(node: &QuorumNode, failed: Option<String>, connections: &Connections) 
             .iter()
             .map(|(&voter, &since)| (voter, since))
             .collect(),
+        directories,
     }
 }
 

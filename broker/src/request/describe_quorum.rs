@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
     BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::now_ms;
 use crate::controller::{Controller, QuorumView};
@@ -71,10 +72,10 @@ pub async fn handle(
                                 let stamp = if version >= 1 && known_now { now } else { -1 };
                                 ReplicaState::default()
                                     .with_replica_id(BrokerId(id))
-                                    .with_replica_directory_id(if version >= 2 && id == node {
-                                        directory_id
-                                    } else {
-                                        Default::default()
+                                    .with_replica_directory_id(match version {
+                                        0 | 1 => Uuid::nil(),
+                                        _ if id == node => directory_id,
+                                        _ => view.directories.get(&id).copied().unwrap_or_default(),
                                     })
                                     .with_log_end_offset(end_offset)
                                     .with_last_fetch_timestamp(stamp)

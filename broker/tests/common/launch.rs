@@ -2,8 +2,10 @@
 //!
 //! - The port comes from below the kernel's ephemeral range
 //!   (`/proc/sys/net/ipv4/ip_local_port_range`), where client sockets take their source
-//!   ports from, so no connection of a parallel test can hold it; the choice is random, and
-//!   a port something already listens on is skipped.
+//!   ports from, so no connection of a parallel test can hold it; the choice is random, a
+//!   port something already listens on is skipped, and no port is handed out twice in one
+//!   test process (its parallel tests would otherwise race each other for one port between
+//!   drawing it and binding it: a cluster draws its controller ports before it starts).
 //! - A node whose port another process took in between exits at once saying "address
 //!   already in use" (a node never shares its port); the launcher then tries another port.
 //! - Ready means the node logged "ready": every shard has opened its partitions and the
@@ -16,9 +18,11 @@
 #![allow(dead_code)]
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Ports tried before the launcher gives up.
@@ -120,7 +124,11 @@ pub fn log_filter(default: &str) -> String {
     format!("{base},broker::server=info")
 }
 
-/// A random port below the ephemeral range that nothing listens on right now.
+/// Ports this process handed out already.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// A random port below the ephemeral range that nothing listens on right now and that this
+/// process never handed out before.
 pub fn candidate_port() -> u16 {
     let low = ephemeral_low();
     let floor = low.saturating_sub(RANGE_BYTES).max(1024);
@@ -129,7 +137,15 @@ pub fn candidate_port() -> u16 {
         let mut hasher = RandomState::new().build_hasher();
         hasher.write_u32(std::process::id());
         let port = floor + (hasher.finish() % u64::from(low - floor)) as u16;
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let handed_out = handed_out.get_or_insert_with(HashSet::new);
+        if handed_out.contains(&port) {
+            continue;
+        }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
             return port;
         }
     }
