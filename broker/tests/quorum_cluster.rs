@@ -5,7 +5,8 @@
 //! once it serves their outcome itself, and when the
 //! controller is killed the other two elect another one, which takes changes, and the
 //! killed node comes back and catches up; a node stopped by SIGTERM hands its leaderships
-//! back before it exits. Every wait is bounded.
+//! back before it exits; every node's controller listener answers Kafka's admin tools
+//! (`--bootstrap-controller`). Every wait is bounded.
 
 mod common;
 
@@ -21,8 +22,9 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeQuorumRequest, RequestKind, ResponseKind,
+    ApiKey, ApiVersionsRequest, BrokerHeartbeatRequest, BrokerId, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeQuorumRequest, MetadataRequest, RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -433,5 +435,103 @@ fn a_killed_broker_is_fenced_once_its_connections_close_not_a_session_later() {
         if leader != victim {
             assert_eq!(after[partition], leader);
         }
+    }
+}
+
+/// An admin tool given `--bootstrap-controller` (KIP-919) asks a controller listener as it
+/// asks Kafka's controllers: every node's lists the controller's APIs, describes the
+/// controllers with the active one named, gives the leader's account of the quorum, and
+/// takes a broker's heartbeat (refusing a stale one there, sending it to the active
+/// controller elsewhere). A request for a broker is not served there.
+#[test]
+fn every_controller_listener_answers_kafkas_admin_tools() {
+    let cluster = Cluster::start();
+    let controller = cluster.controller();
+    for id in 1..=3 {
+        let address = cluster.controller_address(id);
+        let mut client = Client::connect_to(address);
+        let ResponseKind::ApiVersions(versions) =
+            client.call(3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
+        else {
+            unreachable!()
+        };
+        assert_eq!(versions.error_code, 0);
+        let keys: Vec<i16> = versions.api_keys.iter().map(|k| k.api_key).collect();
+        for served in [
+            ApiKey::DescribeCluster,
+            ApiKey::DescribeQuorum,
+            ApiKey::BrokerRegistration,
+            ApiKey::BrokerHeartbeat,
+        ] {
+            assert!(keys.contains(&(served as i16)), "node {id}: {keys:?}");
+        }
+        assert!(
+            !keys.contains(&(ApiKey::Produce as i16)),
+            "node {id}: {keys:?}"
+        );
+
+        let described = wait_for(|| {
+            let request = DescribeClusterRequest::default().with_endpoint_type(2);
+            let ResponseKind::DescribeCluster(described) =
+                client.call(1, RequestKind::DescribeCluster(request))
+            else {
+                unreachable!()
+            };
+            (described.controller_id.0 == controller).then_some(described)
+        });
+        assert_eq!(described.error_code, 0);
+        assert_eq!(described.endpoint_type, 2);
+        assert_eq!(described.cluster_id.as_str(), common::cluster::CLUSTER_ID);
+        let controllers: Vec<(i32, u16)> = described
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, b.port as u16))
+            .collect();
+        let expected: Vec<(i32, u16)> = (1..=3)
+            .map(|n| (n, cluster.controller_address(n).port()))
+            .collect();
+        assert_eq!(controllers, expected, "node {id}");
+        let ResponseKind::DescribeCluster(for_brokers) = client.call(
+            1,
+            RequestKind::DescribeCluster(DescribeClusterRequest::default().with_endpoint_type(1)),
+        ) else {
+            unreachable!()
+        };
+        assert_eq!(
+            for_brokers.error_code,
+            ResponseError::MismatchedEndpointType.code()
+        );
+
+        let quorum = describe_quorum(&mut client);
+        let partition = &quorum.topics[0].partitions[0];
+        assert_eq!(partition.leader_id.0, controller, "node {id}");
+        assert_eq!(partition.current_voters.len(), 3, "node {id}");
+
+        let stale = BrokerHeartbeatRequest::default()
+            .with_broker_id(BrokerId(id))
+            .with_broker_epoch(0)
+            .with_current_metadata_offset(0);
+        let ResponseKind::BrokerHeartbeat(answer) =
+            client.call(1, RequestKind::BrokerHeartbeat(stale))
+        else {
+            unreachable!()
+        };
+        let expected = if id == controller {
+            ResponseError::StaleBrokerEpoch
+        } else {
+            ResponseError::NotController
+        };
+        assert_eq!(answer.error_code, expected.code(), "node {id}");
+
+        // A broker's request: the connection closes, the node stays up.
+        let mut asked = Client::connect_to(address);
+        let metadata = RequestKind::Metadata(MetadataRequest::default().with_topics(None));
+        assert!(asked.try_call(12, metadata).is_err(), "node {id}");
+    }
+    for id in 1..=3 {
+        assert_eq!(
+            broker_ids(&metadata(&mut cluster.client(id), &[])),
+            [1, 2, 3]
+        );
     }
 }

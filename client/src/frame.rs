@@ -177,6 +177,7 @@ pub fn api_key_of(request: &RequestKind) -> Result<ApiKey> {
         RequestKind::ListPartitionReassignments(_) => ApiKey::ListPartitionReassignments,
         RequestKind::DescribeLogDirs(_) => ApiKey::DescribeLogDirs,
         RequestKind::AlterConfigs(_) => ApiKey::AlterConfigs,
+        RequestKind::BrokerHeartbeat(_) => ApiKey::BrokerHeartbeat,
         other => bail!("this client does not frame {other:?}"),
     })
 }

@@ -3,8 +3,8 @@ the kafka-tools 4.x jar) against ringlog.
 
 Goal: an operator's everyday commands work unchanged: topics, the console producer and
 consumer, consumer groups (with offset resets that replay history), configs, offsets, and
-the two perf tools as neutral load generators; and, on three nodes, kafka-leader-election
-and kafka-reassign-partitions.
+the two perf tools as neutral load generators; and, on three nodes, kafka-leader-election,
+kafka-reassign-partitions and kafka-metadata-quorum asking the controllers directly.
 
 Method: each tool runs as its script would (`java -cp <jars> <class> <args>`), its output
 is parsed and checked against what the test created or what ringlog reports through
@@ -251,6 +251,33 @@ def partition_states(bootstrap_servers, topic):
     described = admin(bootstrap_servers).list_topics(topic, timeout=10).topics[topic]
     return {p.id: (p.leader, list(p.replicas), sorted(p.isrs))
             for p in described.partitions.values()}
+
+
+def controller_listeners(nodes):
+    voters = nodes[0].settings["controller.quorum.voters"]
+    return ",".join(voter.split("@", 1)[1] for voter in voters.split(","))
+
+
+def test_kafka_metadata_quorum_asks_the_controllers_directly(cluster):
+    controllers = controller_listeners(cluster)
+    status = kj.tool(kj.METADATA_QUORUM, "--bootstrap-controller", controllers, "describe",
+                     "--status").stdout
+    leader = int(re.search(r"LeaderId:\s+(\d+)", status).group(1))
+    assert leader in (1, 2, 3), status
+    high_watermark = int(re.search(r"HighWatermark:\s+(\d+)", status).group(1))
+    assert high_watermark > 0, status
+    voters = json.loads(re.search(r"CurrentVoters:\s+(\[.*\])", status).group(1))
+    assert [v["id"] for v in voters] == [1, 2, 3], status
+    for voter, address in zip(voters, controllers.split(",")):
+        assert voter["endpoints"] == [f"CONTROLLER://{address}"], status
+        assert voter["directoryId"] != "AAAAAAAAAAAAAAAAAAAAAA", status
+    replication = kj.tool(kj.METADATA_QUORUM, "--bootstrap-controller", controllers,
+                          "describe", "--replication").stdout
+    rows = {int(line.split()[0]): line.split() for line in replication.splitlines()[1:]}
+    assert sorted(rows) == [1, 2, 3], replication
+    assert rows[leader][-1] == "Leader", replication
+    assert all(rows[n][-1] == "Follower" for n in rows if n != leader), replication
+    assert all(rows[n][1] == v["directoryId"] for n, v in zip((1, 2, 3), voters)), replication
 
 
 def test_kafka_leader_election_gives_leadership_back_to_preferred_replicas(cluster):

@@ -727,38 +727,45 @@ impl Controller {
     }
 }
 
-/// Executes a request another node sent, if this node is the active controller, and
-/// answers it in kind. A request that cannot be read gets an empty answer (and a warning
-/// here): the requester then fails it rather than try again.
+/// Answers a request for this node's controller: one another voter forwarded, or one a
+/// Kafka client of the controller listener sent.
 async fn serve_forwarded(shard: Rc<Shard>, request: ForwardRequest) {
-    let controller = Controller::of(&shard);
-    let answer = match rpc::decode_call(request.body.into()) {
-        Ok(call) => {
-            let outcome = if controller.active_term.get().is_none() {
-                Err(controller.not_controller())
-            } else {
-                let outcome = controller.execute(Some(&shard), call.request.clone()).await;
-                // A registration or a fencing change is published here before the answer;
-                // most heartbeats change nothing.
-                if let Err(refusal) = Controller::publish_if_behind(&shard).await {
-                    tracing::warn!(message = refusal.message, "publishing a committed image");
-                }
-                outcome
-            };
-            let log_end = controller.store.borrow().end_offset();
-            rpc::encode_answer(&call, outcome, log_end).to_vec()
-        }
-        Err(reason) => {
-            tracing::warn!(
-                from = request.from,
-                reason,
-                "an unreadable controller request"
-            );
-            Vec::new()
-        }
+    let answer = match request.from {
+        Some(_) => Controller::answer_call(&shard, request.body.into()).await,
+        None => crate::request::controller_listener::answer(&shard, request.body).await,
     };
-    if let Some(quorum) = &controller.quorum {
-        quorum.reply(request.from, request.id, Ok(answer));
+    if let Some(quorum) = &Controller::of(&shard).quorum {
+        quorum.reply(request.reply_to, answer);
+    }
+}
+
+impl Controller {
+    /// Executes a request `frame` for the active controller (`rpc.rs`), if this node is it,
+    /// and answers it in kind. A request that cannot be read gets an empty answer (and a
+    /// warning here): a voter then fails it rather than try again, a client's connection
+    /// closes.
+    pub async fn answer_call(shard: &Rc<Shard>, frame: bytes::Bytes) -> Vec<u8> {
+        let controller = Controller::of(shard);
+        let call = match rpc::decode_call(frame) {
+            Ok(call) => call,
+            Err(reason) => {
+                tracing::warn!(reason, "an unreadable request for the controller");
+                return Vec::new();
+            }
+        };
+        let outcome = if controller.active_term.get().is_none() {
+            Err(controller.not_controller())
+        } else {
+            let outcome = controller.execute(Some(shard), call.request.clone()).await;
+            // A registration or a fencing change is published here before the answer; most
+            // heartbeats change nothing.
+            if let Err(refusal) = Controller::publish_if_behind(shard).await {
+                tracing::warn!(message = refusal.message, "publishing a committed image");
+            }
+            outcome
+        };
+        let log_end = controller.store.borrow().end_offset();
+        rpc::encode_answer(&call, outcome, log_end).to_vec()
     }
 }
 

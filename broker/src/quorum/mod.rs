@@ -15,7 +15,7 @@ pub mod wal;
 pub mod wire;
 
 pub use node::{Committed, ProposalId, QuorumError, QuorumNode};
-pub use runner::{Quorum, QuorumConfig, QuorumStatus};
+pub use runner::{Quorum, QuorumConfig, QuorumStatus, ReplyTo};
 pub use transport::Membership;
 
 #[cfg(test)]

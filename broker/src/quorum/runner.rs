@@ -68,13 +68,24 @@ pub struct QuorumStatus {
     pub directories: BTreeMap<u64, String>,
 }
 
-/// A request another voter forwarded to this one, for its active controller; answered
-/// with [`Quorum::reply`].
+/// A request for this voter's controller: forwarded by another voter for its active
+/// controller, or sent by a Kafka client of the controller listener; answered with
+/// [`Quorum::reply`].
 #[derive(Debug)]
 pub struct ForwardRequest {
-    pub from: u64,
-    pub id: u64,
+    /// The voter that forwarded it; `None` for a Kafka client.
+    pub from: Option<u64>,
     pub body: Vec<u8>,
+    pub reply_to: ReplyTo,
+}
+
+/// Where the answer to a [`ForwardRequest`] goes.
+#[derive(Debug)]
+pub enum ReplyTo {
+    /// Request `id` of voter `to`, answered in a `Forwarded` frame.
+    Voter { to: u64, id: u64 },
+    /// A Kafka client's connection, which writes the answer (or closes, if it is empty).
+    Client(flume::Sender<Vec<u8>>),
 }
 
 type Done = flume::Sender<Result<(), QuorumError>>;
@@ -240,9 +251,20 @@ impl Quorum {
         &self.requests
     }
 
-    /// Answers request `id` of voter `to`.
-    pub fn reply(&self, to: u64, id: u64, result: Result<Vec<u8>, String>) {
-        let _ = self.send(Input::Reply { to, id, result });
+    /// Answers a request for this voter's controller.
+    pub fn reply(&self, reply_to: ReplyTo, answer: Vec<u8>) {
+        match reply_to {
+            ReplyTo::Voter { to, id } => {
+                let _ = self.send(Input::Reply {
+                    to,
+                    id,
+                    result: Ok(answer),
+                });
+            }
+            ReplyTo::Client(connection) => {
+                let _ = connection.send(answer);
+            }
+        }
     }
 
     /// Compacts the voter's log up to `index`, whose state machine state is `data`.
@@ -410,7 +432,21 @@ fn drive(mut node: QuorumNode, out: Outputs, inputs: flume::Receiver<Input>, tic
                 }
             }
             Some(Input::Inbound(Inbound::Forward { from, id, body })) => {
-                let _ = out.requests.send(ForwardRequest { from, id, body });
+                let reply_to = ReplyTo::Voter { to: from, id };
+                let _ = out.requests.send(ForwardRequest {
+                    from: Some(from),
+                    body,
+                    reply_to,
+                });
+                continue;
+            }
+            Some(Input::Inbound(Inbound::Request { body, reply })) => {
+                let reply_to = ReplyTo::Client(reply);
+                let _ = out.requests.send(ForwardRequest {
+                    from: None,
+                    body,
+                    reply_to,
+                });
                 continue;
             }
             Some(Input::Inbound(Inbound::Forwarded { id, result })) => {

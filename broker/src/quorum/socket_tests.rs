@@ -1,7 +1,8 @@
 //! The quorum over real sockets: three voters on loopback ports in one process, each on its
 //! own quorum thread with its own files. They elect a leader, replicate proposals in order,
 //! survive the loss of the leader, take a restarted voter back, refuse a peer of another
-//! cluster and a voter whose directory was wiped. Every wait is bounded.
+//! cluster and a voter whose directory was wiped, and hand on a Kafka client's requests on
+//! the controller listener. Every wait is bounded.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -9,8 +10,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::runner::{Quorum, QuorumConfig};
-use super::transport::Membership;
+use super::runner::{Quorum, QuorumConfig, ReplyTo};
+use super::transport::{Membership, CLIENTS_MAX, CLIENT_REQUEST_BYTES_MAX};
 use super::wire::{self, Frame, Hello, WireMessage};
 use super::Committed;
 
@@ -273,6 +274,7 @@ fn intrude(address: SocketAddr, hello: Hello, from: u64) -> bool {
     };
     message.log_term = 1_000;
     message.index = 1_000;
+    let _ = stream.write_all(&wire::PREAMBLE);
     let _ = stream.write_all(&wire::encode(&Frame::Hello(hello)));
     let _ = stream.write_all(&wire::encode(&Frame::Raft(Box::new(WireMessage::from(
         &message,
@@ -324,7 +326,11 @@ fn garbage_and_peers_of_another_cluster_or_speaking_for_another_voter_are_refuse
     for junk in [
         b"GET / HTTP/1.1\r\n\r\n".to_vec(),
         [u32::MAX.to_le_bytes(), [0; 4]].concat(),
-        wire::encode(&Frame::Hello(hello(2)))[..10].to_vec(),
+        [
+            &wire::PREAMBLE[..],
+            &wire::encode(&Frame::Hello(hello(2)))[..10],
+        ]
+        .concat(),
     ] {
         let mut stream = TcpStream::connect(target).expect("connect");
         // Past the 2 s a voter gives a hello to arrive whole.
@@ -469,10 +475,10 @@ fn a_forwarded_request_reaches_the_leader_and_its_answer_comes_back() {
     let answered = std::thread::scope(|scope| {
         let server = scope.spawn(|| {
             let request = requests.recv_timeout(WAIT).expect("a forwarded request");
-            assert_eq!(request.from, follower);
+            assert_eq!(request.from, Some(follower));
             let mut answer = request.body.clone();
             answer.reverse();
-            voters.running[&leader].reply(request.from, request.id, Ok(answer));
+            voters.running[&leader].reply(request.reply_to, answer);
         });
         let answer = futures_lite::future::block_on(
             voters.running[&follower]
@@ -487,4 +493,85 @@ fn a_forwarded_request_reaches_the_leader_and_its_answer_comes_back() {
     let own =
         futures_lite::future::block_on(voters.running[&leader].proposer().forward(b"abc".to_vec()));
     assert!(own.is_err());
+}
+
+/// A Kafka frame: length (i32 big-endian), then `body`.
+fn kafka_frame(body: &[u8]) -> Vec<u8> {
+    [&(body.len() as i32).to_be_bytes()[..], body].concat()
+}
+
+/// A connection that is not a voter's is a Kafka client's: each request reaches the
+/// voter's requests as from no voter, and its answer comes back framed as Kafka frames it;
+/// an empty answer, a request over the limit, and a client past the limit are closed; the
+/// quorum goes on.
+#[test]
+fn a_kafka_clients_requests_are_handed_on_and_answered_in_kafka_frames() {
+    let mut voters = Voters::start_all(3);
+    let leader = voters.wait_for_leader();
+    let term = voters.running[&leader].status().expect("status").term;
+    let target = voters.addresses[&1];
+    let requests = voters.running[&1].requests().clone();
+    let quorum = &voters.running[&1];
+    let mut client = TcpStream::connect(target).expect("connect");
+    client.set_read_timeout(Some(WAIT)).expect("timeout");
+    for body in [b"first request".to_vec(), vec![7u8; 4000]] {
+        client.write_all(&kafka_frame(&body)).expect("write");
+        let request = requests.recv_timeout(WAIT).expect("handed on");
+        assert_eq!((request.from, &request.body), (None, &body));
+        assert!(matches!(request.reply_to, ReplyTo::Client(_)));
+        let mut answer = body.clone();
+        answer.reverse();
+        quorum.reply(request.reply_to, answer.clone());
+        let mut length = [0u8; 4];
+        client.read_exact(&mut length).expect("an answer");
+        let mut got = vec![0u8; i32::from_be_bytes(length) as usize];
+        client.read_exact(&mut got).expect("its body");
+        assert_eq!(got, answer);
+    }
+    client
+        .write_all(&kafka_frame(b"unanswerable"))
+        .expect("write");
+    let request = requests.recv_timeout(WAIT).expect("handed on");
+    quorum.reply(request.reply_to, Vec::new());
+    assert!(is_closed(&mut client), "an empty answer closes");
+
+    let mut huge = TcpStream::connect(target).expect("connect");
+    huge.set_read_timeout(Some(WAIT)).expect("timeout");
+    let claimed = (CLIENT_REQUEST_BYTES_MAX + 1) as i32;
+    huge.write_all(&claimed.to_be_bytes()).expect("write");
+    assert!(is_closed(&mut huge), "a request over the limit closes");
+
+    // Clients whose requests wait for their answers (held here unanswered).
+    let held: Vec<_> = (0..CLIENTS_MAX)
+        .map(|_| {
+            let mut stream = TcpStream::connect(target).expect("connect");
+            stream
+                .write_all(&kafka_frame(b"held request"))
+                .expect("write");
+            let request = requests.recv_timeout(WAIT).expect("handed on");
+            (stream, request)
+        })
+        .collect();
+    let mut one_more = TcpStream::connect(target).expect("connect");
+    one_more.set_read_timeout(Some(WAIT)).expect("timeout");
+    one_more
+        .write_all(&kafka_frame(b"one client too many"))
+        .expect("write");
+    assert!(
+        is_closed(&mut one_more),
+        "a client past the limit is closed"
+    );
+    assert!(
+        requests.try_recv().is_err(),
+        "and its request never handed on"
+    );
+    for (mut stream, request) in held {
+        quorum.reply(request.reply_to, b"late".to_vec());
+        let mut answer = [0u8; 8];
+        stream.read_exact(&mut answer).expect("answered");
+        assert_eq!(&answer[4..], b"late");
+    }
+
+    assert_eq!(voters.wait_for_leader(), leader);
+    assert_eq!(voters.running[&leader].status().expect("status").term, term);
 }

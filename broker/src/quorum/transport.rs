@@ -11,6 +11,14 @@
 //! Each accepted connection's hello and end are reported too, the end saying whether the
 //! peer closed it, so that the controller learns at once of a voter whose process died.
 //!
+//! A voter's connection opens with [`wire::PREAMBLE`]; any other accepted connection is a
+//! Kafka client's (an admin tool with `--bootstrap-controller`): its requests are handed on
+//! one at a time as [`Inbound::Request`] and each answer is written back length-prefixed,
+//! as Kafka frames them; an empty answer closes the connection. At most
+//! [`CLIENTS_MAX`] such connections are open at once, a request over
+//! [`CLIENT_REQUEST_BYTES_MAX`] closes its connection before it is read, and a client
+//! silent for [`READ_IDLE_MAX`] is dropped.
+//!
 //! Invariants: an accepted connection's first frame is a [`Hello`] that passes
 //! [`Hello::check`] (same cluster, another voter) from the directory that voter first spoke
 //! from ([`VoterDirectories`]), else it is closed before anything else is read; every Raft message on it must come `from` the voter it said hello as, else the
@@ -21,7 +29,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -42,6 +50,13 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const READ_IDLE_MAX: Duration = Duration::from_secs(30);
 /// How long either end of a new connection has to say hello.
 const HELLO_WAIT: Duration = Duration::from_secs(2);
+/// Kafka client connections open at once on the controller listener.
+pub const CLIENTS_MAX: usize = 16;
+/// The largest request a Kafka client may send the controller listener (its requests name
+/// a few brokers or topics).
+pub const CLIENT_REQUEST_BYTES_MAX: usize = 1 << 20;
+/// How long a client's request may wait for its answer before the connection is closed.
+const CLIENT_ANSWER_WAIT: Duration = Duration::from_secs(60);
 
 /// What arrives from another voter.
 #[derive(Debug)]
@@ -55,6 +70,12 @@ pub enum Inbound {
     Forwarded {
         id: u64,
         result: Result<Vec<u8>, String>,
+    },
+    /// A Kafka client's request (header and body, without the length prefix), answered
+    /// on `reply`.
+    Request {
+        body: Vec<u8>,
+        reply: flume::Sender<Vec<u8>>,
     },
     /// A connection from voter `from` passed the hellos.
     Connected {
@@ -231,7 +252,9 @@ impl Dialler {
         stream.set_write_timeout(Some(Duration::from_secs(5)))?;
         stream.set_read_timeout(Some(POLL))?;
         let membership = &self.peers.membership;
-        stream.write_all(&wire::encode(&Frame::Hello(membership.local.clone())))?;
+        let mut opening = wire::PREAMBLE.to_vec();
+        opening.extend(wire::encode(&Frame::Hello(membership.local.clone())));
+        stream.write_all(&opening)?;
         let Frame::Hello(answer) = read_frame(&mut stream, &self.stop, HELLO_WAIT)? else {
             return Err(ReadError::NoHello);
         };
@@ -254,12 +277,14 @@ fn accept_loop<T: From<Inbound> + Send + 'static>(
     stop: Arc<AtomicBool>,
 ) {
     let mut readers: Vec<JoinHandle<()>> = Vec::new();
+    let clients = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
                 let (peers, inbound, stop) = (peers.clone(), inbound.clone(), stop.clone());
+                let clients = clients.clone();
                 match spawn("quorum-read", move || {
-                    match read_peer(stream, &peers, &inbound, &stop) {
+                    match read_connection(stream, &peers, &inbound, &stop, &clients) {
                         Err(error @ ReadError::Wire(WireError::Refused(_))) => {
                             tracing::warn!(%peer, %error, "quorum connection refused");
                         }
@@ -300,17 +325,85 @@ enum ReadError {
     Impersonation { hello: u64, from: u64 },
     #[error("stopped")]
     Stopped,
+    #[error("a client's request of {0} bytes")]
+    ClientFrame(i32),
+    #[error("too many clients on the controller listener")]
+    TooManyClients,
+    #[error("a client's request was not answered")]
+    Unanswered,
 }
 
-/// Reads one accepted connection: the hello, then Raft messages for `inbound`.
+/// Reads one accepted connection: a voter's, or a Kafka client's.
+fn read_connection<T: From<Inbound>>(
+    mut stream: TcpStream,
+    peers: &Peers,
+    inbound: &flume::Sender<T>,
+    stop: &AtomicBool,
+    clients: &AtomicUsize,
+) -> Result<(), ReadError> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL))?;
+    let mut opening = [0u8; 4];
+    read_exact(&mut stream, &mut opening, stop, HELLO_WAIT)?;
+    if opening == wire::PREAMBLE {
+        return read_peer(stream, peers, inbound, stop);
+    }
+    if clients.fetch_add(1, Ordering::Relaxed) >= CLIENTS_MAX {
+        clients.fetch_sub(1, Ordering::Relaxed);
+        return Err(ReadError::TooManyClients);
+    }
+    let served = serve_client(stream, opening, inbound, stop);
+    clients.fetch_sub(1, Ordering::Relaxed);
+    served
+}
+
+/// Serves a Kafka client whose first request's length is `length`: one request at a time,
+/// each answered before the next is read.
+fn serve_client<T: From<Inbound>>(
+    mut stream: TcpStream,
+    mut length: [u8; 4],
+    inbound: &flume::Sender<T>,
+    stop: &AtomicBool,
+) -> Result<(), ReadError> {
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    loop {
+        let bytes = i32::from_be_bytes(length);
+        let Some(bytes) = usize::try_from(bytes)
+            .ok()
+            .filter(|&b| (8..=CLIENT_REQUEST_BYTES_MAX).contains(&b))
+        else {
+            return Err(ReadError::ClientFrame(bytes));
+        };
+        let mut body = vec![0u8; bytes];
+        read_exact(&mut stream, &mut body, stop, READ_IDLE_MAX)?;
+        let (reply, answer) = flume::bounded(1);
+        if inbound
+            .send(T::from(Inbound::Request { body, reply }))
+            .is_err()
+        {
+            return Err(ReadError::Stopped);
+        }
+        let answer = match answer.recv_timeout(CLIENT_ANSWER_WAIT) {
+            Ok(answer) if !answer.is_empty() => answer,
+            _ => return Err(ReadError::Unanswered),
+        };
+        let mut framed = Vec::with_capacity(4 + answer.len());
+        framed.extend_from_slice(&(answer.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&answer);
+        stream.write_all(&framed)?;
+        read_exact(&mut stream, &mut length, stop, READ_IDLE_MAX)?;
+    }
+}
+
+/// Reads a voter's connection after its preamble: the hello, then Raft messages for
+/// `inbound`.
 fn read_peer<T: From<Inbound>>(
     mut stream: TcpStream,
     peers: &Peers,
     inbound: &flume::Sender<T>,
     stop: &AtomicBool,
 ) -> Result<(), ReadError> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(POLL))?;
     // A hello is a few dozen bytes: one that has not come whole by then never will.
     let Frame::Hello(hello) = read_frame(&mut stream, stop, HELLO_WAIT)? else {
         return Err(ReadError::NoHello);

@@ -3,8 +3,14 @@
 //! sends is parsed by protobuf (whose 2.x parser recurses without bound, RUSTSEC-2024-0437).
 //!
 //! ```text
-//! frame:  length u32 LE | crc32 u32 LE | postcard(Frame)
+//! connection:  "RLQ\x01" | frame...        (the dialler's preamble, then frames both ways)
+//! frame:       length u32 LE | crc32 u32 LE | postcard(Frame)
 //! ```
+//!
+//! The controller listener serves Kafka clients too (`transport.rs`): a connection whose
+//! first four bytes are not [`PREAMBLE`] is a Kafka connection. Read as a Kafka frame's
+//! length (i32 big-endian), the preamble would announce 1.38 GB, far above any request a
+//! Kafka client sends, so neither protocol can be taken for the other.
 //!
 //! Invariants: a frame longer than [`FRAME_BYTES_MAX`] is refused before anything is
 //! allocated for it; a connection's first frame is a [`Hello`] naming the cluster, the voter
@@ -18,6 +24,8 @@ use serde::{Deserialize, Serialize};
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
 /// Length and checksum ahead of each frame's body.
 pub const HEADER_BYTES: usize = 8;
+/// What a voter's connection to another voter opens with.
+pub const PREAMBLE: [u8; 4] = *b"RLQ\x01";
 
 /// Who is on the other end of a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

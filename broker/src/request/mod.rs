@@ -6,6 +6,7 @@ mod alter_partition_reassignments;
 mod api_versions;
 mod authorized;
 mod config_change;
+pub mod controller_listener;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;

@@ -166,6 +166,15 @@ impl Cluster {
     }
 
     /// The controller every running node names, once they agree and it is one of them.
+    /// Node `id`'s controller listener.
+    pub fn controller_address(&self, id: i32) -> std::net::SocketAddr {
+        self.voters
+            .split(',')
+            .find_map(|voter| voter.strip_prefix(&format!("{id}@")))
+            .and_then(|address| address.parse().ok())
+            .expect("every node is a voter")
+    }
+
     pub fn controller(&self) -> i32 {
         wait_for(|| {
             let named: Vec<i32> = self
