@@ -11,6 +11,7 @@
 //! by the active controller, against its own proposed image (the epoch a registration gets
 //! is the controller's to choose, never the requester's).
 
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -217,6 +218,17 @@ impl Controller {
         shard: Option<&Rc<Shard>>,
         request: ForwardedRequest,
     ) -> Result<Executed, Refusal> {
+        self.execute_or_forward_for(shard, request, None).await
+    }
+
+    /// As [`Controller::execute_or_forward`], for a client at `client` (a forwarded client
+    /// request's Envelope names it).
+    pub(super) async fn execute_or_forward_for(
+        &self,
+        shard: Option<&Rc<Shard>>,
+        request: ForwardedRequest,
+        client: Option<IpAddr>,
+    ) -> Result<Executed, Refusal> {
         let Some(quorum) = self.quorum.clone() else {
             return self.execute(shard, request).await;
         };
@@ -230,7 +242,7 @@ impl Controller {
             } else {
                 let correlation_id = self.correlation.get().wrapping_add(1);
                 self.correlation.set(correlation_id);
-                let call = rpc::encode_call(&request, self.node_id, correlation_id);
+                let call = rpc::encode_call(&request, self.node_id, correlation_id, client);
                 match quorum.proposer().forward(call.to_vec()).await {
                     Ok(answer) if answer.is_empty() => Err(Refusal::new(
                         ResponseError::UnknownServerError,
@@ -399,9 +411,10 @@ impl Controller {
     pub async fn change_partitions(
         shard: &Rc<Shard>,
         request: ForwardedRequest,
+        client: Option<IpAddr>,
     ) -> Result<Vec<PartitionOutcome>, Refusal> {
         Self::of(shard)
-            .execute_or_forward(Some(shard), request)
+            .execute_or_forward_for(Some(shard), request, client)
             .await
             .map(Executed::partitions)
     }
@@ -753,6 +766,9 @@ impl Controller {
                 return Vec::new();
             }
         };
+        if let Some(client) = call.client {
+            tracing::debug!(%client, request = ?call.request, "a client's forwarded request");
+        }
         let outcome = if controller.active_term.get().is_none() {
             Err(controller.not_controller())
         } else {

@@ -35,6 +35,7 @@ pub use validate::{validate_topic_config, validate_topic_config_name, validate_t
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -456,9 +457,10 @@ impl Controller {
     pub async fn change_topics(
         shard: &Rc<Shard>,
         request: ForwardedRequest,
+        client: Option<IpAddr>,
     ) -> Result<(), Refusal> {
         Self::of(shard)
-            .execute_or_forward(Some(shard), request)
+            .execute_or_forward_for(Some(shard), request, client)
             .await
             .map(drop)
     }

@@ -17,6 +17,7 @@
 //! and an answer is read against the request it answers, item by item in request order.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -92,10 +93,18 @@ pub(super) struct Call {
     header: Header,
     /// The Envelope the request came in, if forwarded for a client.
     envelope: Option<Header>,
+    /// The address of the client a forwarded request is for, as its Envelope names it.
+    pub(super) client: Option<IpAddr>,
 }
 
-/// Encodes `request` as the Kafka request that asks it, from node `node_id`.
-pub(super) fn encode_call(request: &ForwardedRequest, node_id: i32, correlation_id: i32) -> Bytes {
+/// Encodes `request` as the Kafka request that asks it, from node `node_id`, for a client at
+/// `client` if it is a client's.
+pub(super) fn encode_call(
+    request: &ForwardedRequest,
+    node_id: i32,
+    correlation_id: i32,
+    client: Option<IpAddr>,
+) -> Bytes {
     let client_id = format!("ringlog-{node_id}-to-controller");
     let frame = |body: &dyn Fn(&mut BytesMut, i16), key: ApiKey, version: i16| {
         let mut out = BytesMut::new();
@@ -118,7 +127,7 @@ pub(super) fn encode_call(request: &ForwardedRequest, node_id: i32, correlation_
     };
     let enveloped = |request: &dyn AnyRequest| {
         let inner = direct(request);
-        direct(&envelope(inner))
+        direct(&envelope(inner, client))
     };
     match request {
         ForwardedRequest::Register {
@@ -289,16 +298,27 @@ pub(super) fn decode_call(frame: Bytes) -> Result<Call, String> {
             request,
             header,
             envelope: None,
+            client: None,
         });
     }
     let envelope = EnvelopeRequest::decode(&mut body, header.version)
         .map_err(|error| format!("Envelope v{}: {error}", header.version))?;
+    let client = match envelope.client_host_address.len() {
+        4 => <[u8; 4]>::try_from(&envelope.client_host_address[..])
+            .ok()
+            .map(IpAddr::from),
+        16 => <[u8; 16]>::try_from(&envelope.client_host_address[..])
+            .ok()
+            .map(IpAddr::from),
+        _ => None,
+    };
     let (inner, mut inner_body) = decode_header(envelope.request_data)?;
     let request = decode_enveloped(inner, &mut inner_body)?;
     Ok(Call {
         request,
         header: inner,
         envelope: Some(header),
+        client,
     })
 }
 
@@ -755,10 +775,9 @@ fn is_enveloped(request: &ForwardedRequest) -> bool {
     )
 }
 
-/// An Envelope around `inner`, a request frame, from the anonymous principal (ringlog has no
-/// authorizer). The client's address is not carried: the forwarding node splits a client's
-/// request per topic where it no longer knows the connection, and nothing reads it.
-fn envelope(inner: Bytes) -> EnvelopeRequest {
+/// An Envelope around `inner`, a request frame of a client at `client`, from the anonymous
+/// principal (ringlog has no authorizer). An unknown address is sent as no bytes.
+fn envelope(inner: Bytes, client: Option<IpAddr>) -> EnvelopeRequest {
     let principal = DefaultPrincipalData::default()
         .with_type(StrBytes::from_static_str("User"))
         .with_name(StrBytes::from_static_str("ANONYMOUS"));
@@ -771,7 +790,11 @@ fn envelope(inner: Bytes) -> EnvelopeRequest {
     EnvelopeRequest::default()
         .with_request_data(inner)
         .with_request_principal(Some(serialized.freeze()))
-        .with_client_host_address(Bytes::from_static(&[0, 0, 0, 0]))
+        .with_client_host_address(match client {
+            Some(IpAddr::V4(v4)) => Bytes::copy_from_slice(&v4.octets()),
+            Some(IpAddr::V6(v6)) => Bytes::copy_from_slice(&v6.octets()),
+            None => Bytes::new(),
+        })
 }
 
 fn decode_header(mut frame: Bytes) -> Result<(Header, Bytes), String> {
@@ -1242,6 +1265,8 @@ mod tests {
 
     use super::*;
 
+    const CLIENT: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 7));
+
     fn refusal_of(error: ResponseError, message: &str) -> Refusal {
         Refusal {
             error_code: code(error),
@@ -1420,9 +1445,14 @@ mod tests {
         request: &ForwardedRequest,
         outcome: Result<Executed, Refusal>,
     ) -> (Result<Executed, Refusal>, u64) {
-        let frame = encode_call(request, 2, 17);
+        let frame = encode_call(request, 2, 17, Some(CLIENT));
         let call = decode_call(frame).expect("a request this node sent reads back");
         assert_eq!(&call.request, request);
+        let expected = is_enveloped(request).then_some(CLIENT);
+        assert_eq!(
+            call.client, expected,
+            "the client's address travels in the Envelope"
+        );
         let answer = encode_answer(&call, outcome, 4242);
         decode_answer(request, 17, answer).expect("an answer reads back")
     }
@@ -1471,7 +1501,7 @@ mod tests {
     fn not_controller_is_said_where_kafka_says_it() {
         let refused = refusal_of(ResponseError::NotController, "node 3 is");
         for request in every_request() {
-            let call = decode_call(encode_call(&request, 1, 5)).unwrap();
+            let call = decode_call(encode_call(&request, 1, 5, None)).unwrap();
             let mut answer = encode_answer(&call, Err(refused.clone()), 0);
             if is_enveloped(&request) {
                 ResponseHeader::decode(&mut answer, ApiKey::Envelope.response_header_version(0))
@@ -1491,7 +1521,7 @@ mod tests {
     #[test]
     fn requests_are_kafka_frames() {
         for request in every_request() {
-            let mut frame = encode_call(&request, 1, 9);
+            let mut frame = encode_call(&request, 1, 9, Some(CLIENT));
             let key = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).unwrap();
             let version = i16::from_be_bytes([frame[2], frame[3]]);
             let header =
@@ -1515,6 +1545,10 @@ mod tests {
                     RequestKind::decode(inner_key, &mut inner, inner_version).unwrap();
                     let principal = envelope.request_principal.unwrap();
                     assert_eq!(&principal[..2], &[0, 0], "the principal's version");
+                    let IpAddr::V6(client) = CLIENT else {
+                        unreachable!()
+                    };
+                    assert_eq!(&envelope.client_host_address[..], &client.octets()[..]);
                 }
                 _ => {
                     assert!(!is_enveloped(&request), "{request:?}");
@@ -1554,7 +1588,9 @@ mod tests {
             .with_request_api_key(ApiKey::Envelope as i16)
             .encode(&mut frame, ApiKey::Envelope.request_header_version(0))
             .unwrap();
-        envelope(inner.freeze()).encode(&mut frame, 0).unwrap();
+        envelope(inner.freeze(), None)
+            .encode(&mut frame, 0)
+            .unwrap();
         assert!(decode_call(frame.freeze()).is_err());
     }
 
@@ -1563,7 +1599,7 @@ mod tests {
     #[test]
     fn truncated_and_garbled_requests_are_errors_not_panics() {
         for request in every_request() {
-            let frame = encode_call(&request, 1, 3);
+            let frame = encode_call(&request, 1, 3, None);
             for cut in 0..frame.len() {
                 let _ = decode_call(frame.slice(..cut));
             }
@@ -1588,7 +1624,7 @@ mod tests {
     #[test]
     fn an_answer_to_another_request_is_not_taken() {
         let request = ForwardedRequest::DescribeQuorum;
-        let call = decode_call(encode_call(&request, 1, 5)).unwrap();
+        let call = decode_call(encode_call(&request, 1, 5, None)).unwrap();
         let answer = encode_answer(&call, Ok(success(&request)), 0);
         assert!(decode_answer(&request, 6, answer).is_err());
     }

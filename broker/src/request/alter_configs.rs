@@ -4,6 +4,7 @@
 //! resource had and the request does not name goes back to what it inherits. Applied by the
 //! active controller as IncrementalAlterConfigs is, all or none per resource.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
@@ -13,7 +14,11 @@ use kafka_protocol::protocol::StrBytes;
 use super::config_change::{Changes, Target};
 use crate::shard_state::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: AlterConfigsRequest) -> ResponseKind {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: AlterConfigsRequest,
+    client: Option<IpAddr>,
+) -> ResponseKind {
     let validate_only = request.validate_only;
     let mut response = AlterConfigsResponse::default();
     for resource in request.resources {
@@ -35,7 +40,7 @@ pub async fn handle(shard: &Rc<Shard>, request: AlterConfigsRequest) -> Response
                         .map(|key| (key, None))
                         .collect();
                     let changes: Changes = given.into_iter().chain(removed).collect();
-                    target.apply(shard, changes, validate_only).await
+                    target.apply(shard, changes, validate_only, client).await
                 }
                 Err(refusal) => Err(refusal),
             },

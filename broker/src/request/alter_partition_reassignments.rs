@@ -5,6 +5,7 @@
 //! started (or ended) on this node. v1 (KIP-860): with `allow_replication_factor_change`
 //! false, a move that changes a partition's replica count is refused.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::messages::alter_partition_reassignments_response::{
@@ -23,6 +24,7 @@ pub async fn handle(
     shard: &Rc<Shard>,
     request: AlterPartitionReassignmentsRequest,
     version: i16,
+    client: Option<IpAddr>,
 ) -> ResponseKind {
     let allow_replication_factor_change = version == 0 || request.allow_replication_factor_change;
     let reassignments: Vec<Reassignment> = request
@@ -43,7 +45,7 @@ pub async fn handle(
     };
     let mut response = AlterPartitionReassignmentsResponse::default()
         .with_allow_replication_factor_change(allow_replication_factor_change);
-    let outcomes = match change(shard, request).await {
+    let outcomes = match change(shard, request, client).await {
         Ok(outcomes) => outcomes,
         Err(refusal) => {
             response.error_code = refusal.error_code;

@@ -3,6 +3,7 @@
 //! they stand, and running the change on the active controller through shard 0.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
@@ -77,12 +78,14 @@ impl Target {
         }
     }
 
-    /// Applies `changes` on the active controller; with `validate_only` only checks them.
+    /// Applies `changes` on the active controller, for a client at `client`; with
+    /// `validate_only` only checks them.
     pub async fn apply(
         self,
         shard: &Rc<Shard>,
         changes: Changes,
         validate_only: bool,
+        client: Option<IpAddr>,
     ) -> Result<(), Refusal> {
         let request = match self {
             Target::Topic(name) => ForwardedRequest::AlterTopicConfigs {
@@ -97,7 +100,7 @@ impl Target {
             },
         };
         let job = move |controller: Rc<Shard>| async move {
-            Controller::change_topics(&controller, request).await
+            Controller::change_topics(&controller, request, client).await
         };
         shard
             .router

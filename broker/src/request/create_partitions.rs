@@ -2,6 +2,7 @@
 //! placed by the controller, or on the registered brokers the assignments name, and opened
 //! on their owning shards before the answer.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
@@ -13,7 +14,11 @@ use crate::controller::{Controller, ForwardedRequest};
 use crate::errors::{code, NONE};
 use crate::shard_state::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: CreatePartitionsRequest) -> ResponseKind {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: CreatePartitionsRequest,
+    client: Option<IpAddr>,
+) -> ResponseKind {
     let validate_only = request.validate_only;
     let mut response = CreatePartitionsResponse::default();
     for topic in request.topics {
@@ -38,7 +43,7 @@ pub async fn handle(shard: &Rc<Shard>, request: CreatePartitionsRequest) -> Resp
                     assignments,
                     validate_only,
                 };
-                Controller::change_topics(&controller, request).await
+                Controller::change_topics(&controller, request, client).await
             })
             .await;
         result.error_code = match grown {

@@ -1,6 +1,7 @@
 //! DeleteTopics: by name (all versions) or by topic id (v6+); the controller removes the
 //! topic from the metadata and every shard deletes its partitions' files before the answer.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
@@ -15,7 +16,12 @@ use crate::controller::{Controller, ForwardedRequest};
 use crate::errors::{code, NONE};
 use crate::shard_state::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: DeleteTopicsRequest, version: i16) -> ResponseKind {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: DeleteTopicsRequest,
+    version: i16,
+    client: Option<IpAddr>,
+) -> ResponseKind {
     let wanted: Vec<(Option<TopicName>, Uuid)> = if version >= 6 {
         request
             .topics
@@ -57,7 +63,7 @@ pub async fn handle(shard: &Rc<Shard>, request: DeleteTopicsRequest, version: i1
                         let request = ForwardedRequest::DeleteTopic {
                             topic_id: topic_id.as_u128(),
                         };
-                        Controller::change_topics(&controller, request).await
+                        Controller::change_topics(&controller, request, client).await
                     })
                     .await;
                 result.error_code = match deleted {

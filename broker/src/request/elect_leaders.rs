@@ -6,6 +6,7 @@
 //! PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE or
 //! UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
@@ -18,7 +19,12 @@ use crate::controller::{Election, ForwardedRequest, TopicPartition};
 use crate::errors::code;
 use crate::shard_state::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: ElectLeadersRequest, version: i16) -> ResponseKind {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ElectLeadersRequest,
+    version: i16,
+    client: Option<IpAddr>,
+) -> ResponseKind {
     let mut response = ElectLeadersResponse::default();
     // v0 knows only preferred elections.
     let election_type = if version == 0 {
@@ -43,7 +49,7 @@ pub async fn handle(shard: &Rc<Shard>, request: ElectLeadersRequest, version: i1
         election,
         partitions: partitions.clone(),
     };
-    let outcomes = match change(shard, request).await {
+    let outcomes = match change(shard, request, client).await {
         Ok(outcomes) => outcomes,
         Err(refusal) => {
             if version >= 1 {

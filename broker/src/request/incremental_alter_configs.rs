@@ -7,6 +7,7 @@
 //! `validate_only` checks and changes nothing.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
@@ -34,7 +35,11 @@ const LIST_SETTINGS: &[&str] = &[
     "follower.replication.throttled.replicas",
 ];
 
-pub async fn handle(shard: &Rc<Shard>, request: IncrementalAlterConfigsRequest) -> ResponseKind {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: IncrementalAlterConfigsRequest,
+    client: Option<IpAddr>,
+) -> ResponseKind {
     let validate_only = request.validate_only;
     let mut response = IncrementalAlterConfigsResponse::default();
     for resource in request.resources {
@@ -43,7 +48,7 @@ pub async fn handle(shard: &Rc<Shard>, request: IncrementalAlterConfigsRequest) 
             .with_resource_name(resource.resource_name.clone());
         let done = match Target::of(resource.resource_type, resource.resource_name.as_str()) {
             Ok(target) => match changes(shard, &target, &resource) {
-                Ok(changes) => target.apply(shard, changes, validate_only).await,
+                Ok(changes) => target.apply(shard, changes, validate_only, client).await,
                 Err(refusal) => Err(refusal),
             },
             Err(refusal) => Err(refusal),

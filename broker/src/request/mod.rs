@@ -107,6 +107,8 @@ impl Handler for Shard {
 /// Answers a request that needs no ordered admission.
 async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
     let version = request.api_version;
+    // The client's address travels with the admin requests a node forwards (Envelope).
+    let client = request.peer.map(|peer| peer.ip());
     let respond = |body: ResponseKind| Reply::Respond(Box::new(body));
     match request.body {
         RequestKind::Fetch(body) => fetch::handle(&shard, body, version, request.outbox).await,
@@ -119,11 +121,11 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
             respond(create_topics::handle(&shard, body, version).await)
         }
         RequestKind::DeleteTopics(body) => {
-            respond(delete_topics::handle(&shard, body, version).await)
+            respond(delete_topics::handle(&shard, body, version, client).await)
         }
         RequestKind::DescribeConfigs(body) => respond(describe_configs::handle(&shard, body)),
         RequestKind::CreatePartitions(body) => {
-            respond(create_partitions::handle(&shard, body).await)
+            respond(create_partitions::handle(&shard, body, client).await)
         }
         RequestKind::DescribeCluster(body) => {
             respond(describe_cluster::handle(&shard, body, version))
@@ -157,18 +159,20 @@ async fn answer(shard: Rc<Shard>, request: Request) -> Reply {
             respond(describe_quorum::handle(&shard, body, version).await)
         }
         RequestKind::IncrementalAlterConfigs(body) => {
-            respond(incremental_alter_configs::handle(&shard, body).await)
+            respond(incremental_alter_configs::handle(&shard, body, client).await)
         }
         RequestKind::OffsetForLeaderEpoch(body) => {
             respond(offset_for_leader_epoch::handle(&shard, body).await)
         }
         RequestKind::ElectLeaders(body) => {
-            respond(elect_leaders::handle(&shard, body, version).await)
+            respond(elect_leaders::handle(&shard, body, version, client).await)
         }
         RequestKind::AlterPartitionReassignments(body) => {
-            respond(alter_partition_reassignments::handle(&shard, body, version).await)
+            respond(alter_partition_reassignments::handle(&shard, body, version, client).await)
         }
-        RequestKind::AlterConfigs(body) => respond(alter_configs::handle(&shard, body).await),
+        RequestKind::AlterConfigs(body) => {
+            respond(alter_configs::handle(&shard, body, client).await)
+        }
         RequestKind::DescribeLogDirs(body) => {
             respond(describe_log_dirs::handle(&shard, body).await)
         }

@@ -2,6 +2,7 @@
 //! AlterPartitionReassignments): running the change on the controller's shard and shaping
 //! its outcomes per topic, in the order the topics came.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
@@ -10,16 +11,17 @@ use crate::controller::{Controller, ForwardedRequest, PartitionOutcome, Refusal,
 use crate::errors::code;
 use crate::shard_state::Shard;
 
-/// Runs `request` on the active controller (through shard 0) and returns its outcome per
-/// partition; a refusal of the whole request is returned as it is.
+/// Runs `request` of a client at `client` on the active controller (through shard 0) and
+/// returns its outcome per partition; a refusal of the whole request is returned as it is.
 pub async fn change(
     shard: &Rc<Shard>,
     request: ForwardedRequest,
+    client: Option<IpAddr>,
 ) -> Result<Vec<PartitionOutcome>, Refusal> {
     let changed = shard
         .router
         .call(shard, 0, move |controller: Rc<Shard>| async move {
-            Controller::change_partitions(&controller, request).await
+            Controller::change_partitions(&controller, request, client).await
         })
         .await;
     changed.unwrap_or_else(|stopped| {
