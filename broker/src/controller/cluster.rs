@@ -38,7 +38,7 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a node asks of the active controller.
-/// Each travels as the Kafka request that asks it (`rpc.rs`).
+/// Each travels as the Kafka request that asks it (`rpc/`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ForwardedRequest {
     /// A new incarnation of a broker (Kafka's BrokerRegistration); answered with its epoch.
@@ -753,7 +753,7 @@ async fn serve_forwarded(shard: Rc<Shard>, request: ForwardRequest) {
 }
 
 impl Controller {
-    /// Executes a request `frame` for the active controller (`rpc.rs`), if this node is it,
+    /// Executes a request `frame` for the active controller (`rpc/`), if this node is it,
     /// and answers it in kind. A request that cannot be read gets an empty answer (and a
     /// warning here): a voter then fails it rather than try again, a client's connection
     /// closes.

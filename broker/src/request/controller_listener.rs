@@ -3,7 +3,7 @@
 //! DescribeCluster for the controllers (endpoint type 2: every voter at its controller
 //! listener, the active controller named); DescribeQuorum, the leader's account from any
 //! voter; and the requests brokers send the active controller (BrokerRegistration,
-//! BrokerHeartbeat, AllocateProducerIds, AlterPartition), read by `controller/rpc.rs`.
+//! BrokerHeartbeat, AllocateProducerIds, AlterPartition), read by `controller/rpc/`.
 //! Runs on shard 0, where the controller lives; the quorum's transport frames the answers.
 //!
 //! Invariants: a request of an API or version not announced here gets an empty answer,
