@@ -5,26 +5,28 @@
 //! Every voter dials every other voter and only sends on the connection it dialled; what it
 //! receives arrives on connections it accepted. Both ends of a connection say hello: the
 //! dialler first, the acceptor once it took the dialler's, and the dialler sends nothing
-//! until the acceptor's hello names the voter it dialled, from its known directory. Raft tolerates loss, duplication and
-//! reordering, so a failed write drops the frame and the connection is dialled anew with a
-//! backoff; a peer's queue is bounded and sheds its oldest frames when the peer is gone.
-//! Each accepted connection's hello and end are reported too, the end saying whether the
-//! peer closed it, so that the controller learns at once of a voter whose process died.
+//! until the acceptor's hello names the voter it dialled, from its known directory. Raft
+//! tolerates loss, duplication and reordering, so a failed write drops the frame and the
+//! connection is dialled anew with a backoff; a peer's queue is bounded and sheds its
+//! oldest frames when the peer is gone. Each accepted connection's hello and end are
+//! reported too, the end saying whether the peer closed it, so that the controller learns
+//! at once of a voter whose process died.
 //!
 //! A voter's connection opens with [`wire::PREAMBLE`]; any other accepted connection is a
 //! Kafka client's (an admin tool with `--bootstrap-controller`): its requests are handed on
 //! one at a time as [`Inbound::Request`] and each answer is written back length-prefixed,
-//! as Kafka frames them; an empty answer closes the connection. At most
-//! [`CLIENTS_MAX`] such connections are open at once, a request over
-//! [`CLIENT_REQUEST_BYTES_MAX`] closes its connection before it is read, and a client
-//! silent for [`READ_IDLE_MAX`] is dropped.
+//! as Kafka frames them; an empty answer closes the connection. At most [`CLIENTS_MAX`]
+//! such connections are open at once, a request over [`CLIENT_REQUEST_BYTES_MAX`] closes
+//! its connection before it is read, and a client silent for [`READ_IDLE_MAX`] is dropped.
 //!
-//! Invariants: an accepted connection's first frame is a [`Hello`] that passes
-//! [`Hello::check`] (same cluster, another voter) from the directory that voter first spoke
-//! from ([`VoterDirectories`]), else it is closed before anything else is read; every Raft message on it must come `from` the voter it said hello as, else the
+//! Invariants: a voter's connection's first frame after the preamble is a [`Hello`] that
+//! passes [`Hello::check`] (same cluster, another voter) from the directory that voter
+//! first spoke from ([`VoterDirectories`]), else it is closed before anything else is
+//! read; every Raft message on it must come `from` the voter it said hello as, else the
 //! connection is closed (a peer cannot speak for another); a frame over the limit or with a
-//! bad checksum closes the connection before its body is allocated; every thread stops
-//! within a poll interval of [`Transport::stop`].
+//! bad checksum closes the connection before its body is allocated; no Kafka client's
+//! request reaches the quorum's frames, nor a voter's frame a client's handler; every
+//! thread stops within a poll interval of [`Transport::stop`].
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
