@@ -127,6 +127,10 @@ pub(in crate::controller) fn encode_answer(
                             .with_isr(broker_ids(&item.isr))
                             .with_partition_epoch(epoch as i32),
                         Some(Err(refusal)) => partition.with_error_code(refusal.error_code),
+                        // An item the outcome has no answer for is not taken as done.
+                        None if error_code == NONE => {
+                            partition.with_error_code(code(ResponseError::UnknownServerError))
+                        }
                         None => partition.with_error_code(error_code),
                     };
                     alter_partition_response::TopicData::default()
