@@ -291,6 +291,8 @@ fn an_offline_partition_comes_back_only_by_an_unclean_election() {
         &["partition", "elect-leaders", "--topic", asked, "--unclean"],
     );
     assert!(ok, "{said}");
+    // The tool asked the active controller; node 3 shows the outcome once it applied it.
+    wait_for(|| (partitions(&cluster, 3, asked)[&0].0 != -1).then_some(()));
     let (leader, _, isr) = partitions(&cluster, 3, asked)[&0].clone();
     assert_eq!((leader, isr), (2, vec![2]));
     let (_, again) = elect(&cluster, 3, 1, Some((asked, &[0])));
