@@ -36,6 +36,10 @@ struct Harness {
     disk: HashMap<i64, Vec<u8>>,
     /// Jobs taken and not yet completed, in the order taken.
     in_flight: Vec<Job>,
+    /// Each append is one batch of one record: (segment, end position, offset after it).
+    batches: Vec<(i64, usize, i64)>,
+    /// The offset after the batches every retired chunk holds, as `State::retire` keeps it.
+    written_end_offset: i64,
 }
 
 impl Harness {
@@ -47,6 +51,8 @@ impl Harness {
             appended: HashMap::new(),
             disk: HashMap::new(),
             in_flight: Vec::new(),
+            batches: Vec::new(),
+            written_end_offset: 0,
         }
     }
 
@@ -62,10 +68,11 @@ impl Harness {
         self.queue
             .reserve(&self.config, active, position, bytes.len());
         self.queue.push_bytes(&self.config, active, position, bytes);
-        self.appended
-            .entry(base)
-            .or_default()
-            .extend_from_slice(bytes);
+        let next_offset = self.batches.len() as i64 + 1;
+        self.queue.set_batches_end(next_offset);
+        let segment = self.appended.entry(base).or_default();
+        segment.extend_from_slice(bytes);
+        self.batches.push((base, segment.len(), next_offset));
     }
 
     /// Rolls: the active segment is sealed and a new one starts at `base_offset`.
@@ -119,6 +126,9 @@ impl Harness {
 
     fn retire(&mut self) {
         while let Some(chunk) = self.queue.pop_retired() {
+            if chunk.batches_end_offset >= 0 {
+                self.written_end_offset = chunk.batches_end_offset;
+            }
             let more_queued = self.queue.holds_data_of(chunk.segment_base_offset);
             let slot = self.slot(chunk.segment_base_offset);
             let segment = &mut self.segments[slot];
@@ -175,6 +185,23 @@ impl Harness {
         blocks.sort_unstable();
         for pair in blocks.windows(2) {
             assert!(pair[0].0 != pair[1].0 || pair[0].2 <= pair[1].1, "{pair:?}");
+        }
+        self.check_written_batches();
+    }
+
+    /// Every batch below the written end offset (what acks=1 answers by, and consumers read
+    /// up to) is on the model disk whole, and so is every byte before it in its segment.
+    fn check_written_batches(&self) {
+        for &(base, end, next_offset) in &self.batches {
+            if next_offset > self.written_end_offset {
+                break;
+            }
+            let disk = self.disk.get(&base).map_or(&[][..], Vec::as_slice);
+            let appended = &self.appended[&base][..end];
+            assert!(
+                disk.len() >= end && disk[..end] == *appended,
+                "the batch below offset {next_offset} counts as written and is not on disk"
+            );
         }
     }
 
