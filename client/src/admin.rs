@@ -167,6 +167,10 @@ pub async fn overridden_configs(
         .collect())
 }
 
+/// How often, and how many times, `ensure_topic` asks for a new topic's leaders.
+const TOPIC_READY_POLL_MS: u64 = 50;
+const TOPIC_READY_POLLS: u64 = 600;
+
 /// The leaders of `name`, creating it as `topic` says when it is missing (another client
 /// creating it at the same moment is fine), and waiting until every partition it created
 /// has a leader that knows it leads.
@@ -191,8 +195,10 @@ pub async fn ensure_topic(
         topic.partitions.unwrap_or(1)
     };
     // Leaders can take a moment to be elected after creation, and each leader to learn
-    // that it leads: a producer sent to it sooner would get UNKNOWN_TOPIC_OR_PARTITION.
-    for _ in 0..100 {
+    // that it leads: a producer sent to it sooner would get UNKNOWN_TOPIC_OR_PARTITION. A
+    // cluster that has just started (a JVM still warming up) can take seconds; Kafka's
+    // clients wait up to `max.block.ms` (60 s) for metadata, this waits half of that.
+    for _ in 0..TOPIC_READY_POLLS {
         let response = cluster.metadata(Some(&[name])).await?;
         if let Some(leaders) = cluster.leaders_in(&response, name)? {
             if leaders.len() as i32 >= partitions
@@ -201,9 +207,12 @@ pub async fn ensure_topic(
                 return Ok(leaders);
             }
         }
-        glommio::timer::sleep(Duration::from_millis(50)).await;
+        glommio::timer::sleep(Duration::from_millis(TOPIC_READY_POLL_MS)).await;
     }
-    bail!("topic {name} has no leaders that know it 5 s after creation")
+    bail!(
+        "topic {name} has no leaders that know it {} s after creation",
+        TOPIC_READY_POLLS * TOPIC_READY_POLL_MS / 1000
+    )
 }
 
 /// Whether every broker that `response` (Metadata for `topic`) names as a leader knows

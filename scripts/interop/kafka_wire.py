@@ -331,10 +331,22 @@ def metadata_v1_request(topics, correlation_id):
     return request(METADATA, 1, correlation_id, array(items))
 
 
-def parse_metadata_v1(body):
+def metadata_v4_request(topics, correlation_id):
+    """As v1, but never creates a topic it asks for (v4's allow_auto_topic_creation false),
+    which a Kafka broker with its default auto.create.topics.enable=true would do."""
+    items = None if topics is None else [string(t) for t in topics]
+    return request(METADATA, 4, correlation_id, array(items) + int8(0))
+
+
+def parse_metadata_v1(body, version=1):
+    """Metadata v1 to v4 (v2 adds the cluster id, v3 the throttle time)."""
     r = Reader(body)
+    if version >= 3:
+        r.int32()  # throttle_time_ms
     brokers = r.array(lambda r: {"node_id": r.int32(), "host": r.string(),
                                  "port": r.int32(), "rack": r.string()})
+    if version >= 2:
+        r.string()  # cluster_id
     controller = r.int32()
 
     def partition(r):
