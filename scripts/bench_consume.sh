@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One consumer reading back from the earliest offset, ringlog against Apache Kafka, side by
+# Consumers reading back from the earliest offset, ringlog against Apache Kafka, side by
 # side in one run: 4 producers write MESSAGES 100-byte messages into 4 partitions (acks=1),
-# then one consumer connection reads them all back. Cases, in turn each round, each on a
+# then CONSUMERS consumer connections (default 1) read them all back: each a fixed share
+# of the partitions, or with GROUP set, as members of that consumer group, which assigns
+# them. Cases, in turn each round, each on a
 # fresh node and data directory, the node on CPU 0 and the generator on CPU 1:
 #   ringlog          defaults (direct I/O, a 64 MiB batch cache per shard): the reads go to
 #                    the disk once the data outgrew the cache
@@ -16,6 +18,7 @@
 #   ROUNDS=2 MESSAGES=10000000 scripts/bench_consume.sh
 #   CASES="ringlog-cache base-cache" BASE_BIN=/path/to/ringlog scripts/bench_consume.sh
 #                                            only the cases named
+#   CONSUMERS=4 GROUP=readers scripts/bench_consume.sh
 #
 # Prints one line per case: msgs/s, the fetch p99 and the node's CPU-seconds over the read.
 # Needs root (drop_caches), fio (a Debian package), Java and Maven (peer-kafka.sh).
@@ -25,6 +28,9 @@ trap 'echo "bench_consume.sh: line $LINENO failed (exit $?)" >&2' ERR
 
 rounds=${ROUNDS:-1}
 messages=${MESSAGES:-10000000}
+consumers=${CONSUMERS:-1}
+group_args=()
+if [ -n "${GROUP:-}" ]; then group_args=(--group "$GROUP"); fi
 cache_bytes=${CACHE_BYTES:-2147483648}
 target=${CARGO_TARGET_DIR:-$PWD/target}
 ringlog=${RINGLOG_BIN:-$target/release/ringlog}
@@ -61,7 +67,8 @@ write_then_read() {
     fi
     before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
     taskset -c 1 "$bench" consume --bootstrap-server "$bootstrap" --topic read-test \
-        --from earliest --messages "$messages" --json >"$json"
+        --from earliest --messages "$messages" --consumers "$consumers" "${group_args[@]}" \
+        --json >"$json"
     after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
     python3 - "$json" "$case" "$((after - before))" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
@@ -97,7 +104,8 @@ kafka_case() { # $1 case, $2 "cold" or nothing
     PEER_DIR="$work/kafka" scripts/peer-kafka.sh stop
 }
 
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $messages messages of 100 B, 4 partitions, 1 consumer"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $messages messages of 100 B, 4 partitions," \
+    "$consumers consumer(s)${GROUP:+ in group $GROUP}"
 wanted() { # $1 case: named in $CASES, or every case when it is empty
     [ -z "${CASES:-}" ] || [[ " $CASES " == *" $1 "* ]]
 }
