@@ -207,12 +207,13 @@ def parse_quorum_leader(body):
 
 
 def leaders(node):
-    """{partition: leader} of the topic as `node` sees it, and the active controller."""
+    """{partition: leader} of the topic as `node` sees it, or None. (Metadata's controller
+    is not the active one on Kafka, which names any broker: see `active_controller`.)"""
     meta = node.metadata()
     if meta is None or TOPIC not in meta["topics"]:
-        return None, None
+        return None
     topic = meta["topics"][TOPIC]
-    return {p["index"]: p["leader"] for p in topic["partitions"]}, meta["controller"]
+    return {p["index"]: p["leader"] for p in topic["partitions"]}
 
 
 def percentile(values, q):
@@ -221,6 +222,7 @@ def percentile(values, q):
 
 
 def active_controller(controllers):
+    """The metadata quorum's leader, as the first controller that knows it answers."""
     for controller in controllers.values():
         leader = controller.quorum_leader()
         if leader is not None:
@@ -250,7 +252,7 @@ def one_round(cluster, work, size, producers, partitions, duration, kill_at):
             if time.monotonic() - started > 30:
                 raise RuntimeError("the topic has no leaders after 30 s")
             time.sleep(0.05)
-            placement, _ = leaders(nodes[1])
+            placement = leaders(nodes[1])
         # Lag under full load, until the kill.
         lags = []
         first_ends = last_ends = None  # (time, the leaders' log ends summed)
@@ -268,7 +270,7 @@ def one_round(cluster, work, size, producers, partitions, duration, kill_at):
             first_ends = first_ends or last_ends
             time.sleep(SAMPLE_EVERY_S)
         # Failover: partition 0's leader as the cluster sees it now.
-        current, _ = leaders(nodes[placement[0]])
+        current = leaders(nodes[placement[0]])
         controller = active_controller(controllers)
         victim = (current or placement)[0]
         if current != placement:
@@ -282,7 +284,7 @@ def one_round(cluster, work, size, producers, partitions, duration, kill_at):
         survivors = [n for n in NODES if n != victim]
         new_leader_s = first_write_s = None
         while time.monotonic() - killed < FAILOVER_LIMIT_S and first_write_s is None:
-            placement_now, _ = leaders(nodes[survivors[0]])
+            placement_now = leaders(nodes[survivors[0]])
             leader = (placement_now or {}).get(0, -1)
             if leader in survivors:
                 if new_leader_s is None:
