@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use uuid::Uuid;
 
 use crate::config::parse_properties;
 use crate::durable::replace_file;
@@ -27,9 +26,10 @@ pub struct MetaProperties {
     pub directory_id: String,
 }
 
-/// A fresh id in Kafka's text form: a random UUID as 22 characters of URL-safe base64.
+/// A fresh id in Kafka's text form: a random UUID as 22 characters of URL-safe base64,
+/// never starting with '-'.
 pub fn random_id() -> String {
-    client::kafka_uuid(&Uuid::new_v4())
+    client::kafka_uuid(&client::random_kafka_uuid())
 }
 
 /// Kafka's rule for a cluster id: the text form of a UUID.

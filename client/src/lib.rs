@@ -36,4 +36,4 @@ pub mod versions;
 pub use cluster::{topic_name, Cluster, PartitionInfo, PartitionLeader, TopicInfo};
 pub use connection::Connection;
 pub use error::{check, code_of, error_name, KafkaError};
-pub use uuid_text::{kafka_uuid, parse_kafka_uuid};
+pub use uuid_text::{kafka_uuid, parse_kafka_uuid, random_kafka_uuid};

@@ -9,6 +9,18 @@ pub fn kafka_uuid(id: &Uuid) -> String {
     URL_SAFE_NO_PAD.encode(id.as_bytes())
 }
 
+/// A fresh id minted by the rule of Kafka's `Uuid.randomUuid`: never an id Kafka reserves
+/// (nil, and 1 for the metadata topic), and never one whose text starts with '-', which a
+/// command line (`ringlog format --cluster-id ID`, Kafka's tools) would take for an option.
+pub fn random_kafka_uuid() -> Uuid {
+    loop {
+        let id = Uuid::new_v4();
+        if id.as_u128() > 1 && !kafka_uuid(&id).starts_with('-') {
+            return id;
+        }
+    }
+}
+
 /// The UUID `text` names, or None if it is not Kafka's text form of one.
 pub fn parse_kafka_uuid(text: &str) -> Option<Uuid> {
     let bytes = URL_SAFE_NO_PAD.decode(text).ok()?;
@@ -35,6 +47,16 @@ mod tests {
             "AQIDBAUGBwgJCgsMDQ4PEA==",
         ] {
             assert_eq!(parse_kafka_uuid(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn minted_ids_never_read_as_options() {
+        // One plain random id in 64 starts with '-': 10 000 draws would find many.
+        for _ in 0..10_000 {
+            let text = kafka_uuid(&random_kafka_uuid());
+            assert!(!text.starts_with('-'), "{text}");
+            assert_eq!(text.len(), 22);
         }
     }
 }

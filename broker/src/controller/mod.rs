@@ -386,7 +386,7 @@ impl Controller {
         for (key, value) in &spec.configs {
             validate_topic_config(key, value)?;
         }
-        let id = Uuid::new_v4();
+        let id = client::random_kafka_uuid();
         let assignments = match spec.assignments {
             Some(assignments) => {
                 controller.check_assignments(&assignments, None)?;
