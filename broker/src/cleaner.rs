@@ -2,8 +2,9 @@
 //! shard cleans those of its partitions whose topic's `cleanup.policy` includes `compact`
 //! and whose log is dirty enough (see `storage::Log::clean`), up to `log.cleaner.threads`
 //! of them at once. It runs on a task queue of its own with a small share, so produce and
-//! fetch keep the shard when they need it, and within the shard's share of
-//! `log.cleaner.io.max.bytes.per.second`.
+//! fetch keep the shard when they need it, within the shard's share of
+//! `log.cleaner.io.max.bytes.per.second`, and its reads wait for a pause in the shard's log
+//! writes (for at most a few milliseconds), so they do not queue ahead of produce's.
 //!
 //! Invariants: a partition is cleaned when its dirty ratio reaches `min.cleanable.dirty.ratio`,
 //! when its oldest dirty segment is older than `max.compaction.lag.ms`, or when tombstones an

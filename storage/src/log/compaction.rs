@@ -408,7 +408,7 @@ impl Log {
         let mut covered = first_dirty;
         for candidate in candidates.iter().filter(|c| c.end_offset > first_dirty) {
             let base = candidate.base_offset;
-            let mut reader = SegmentReader::new(CLEAN_IO_BYTES);
+            let mut reader = SegmentReader::background(CLEAN_IO_BYTES);
             let mut position = 0;
             while let Some(header) = reader.header_at(inner, base, position).await? {
                 let total_bytes = header.total_bytes();
@@ -465,7 +465,7 @@ impl Log {
                 .saturating_add(round.policy.delete_retention_ms);
             let retain_deletes = round.now_ms < deletes_due_ms;
             let mut tombstone_kept = false;
-            let mut reader = SegmentReader::new(CLEAN_IO_BYTES);
+            let mut reader = SegmentReader::background(CLEAN_IO_BYTES);
             let mut position = 0u64;
             let member_base = member.base_offset;
             while let Some(header) = reader.header_at(inner, member_base, position).await? {

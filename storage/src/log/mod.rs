@@ -70,6 +70,7 @@ mod open;
 mod producer_snapshots;
 mod read;
 mod retention;
+mod shard_writes;
 mod stats;
 mod truncate;
 mod write_queue;

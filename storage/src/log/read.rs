@@ -13,7 +13,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Inner, Log, ReadResult};
+use super::{shard_writes, Inner, Log, ReadResult};
 use crate::batch::{BatchHeader, BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 use crate::error::{ReadError, StorageError};
 use crate::io::{align_up, IoMode, SegmentFile, BLOCK_BYTES};
@@ -220,6 +220,8 @@ pub(super) struct SegmentReader {
     position: u64,
     data: Bytes,
     window_bytes: usize,
+    /// Refills wait for a pause in the shard's writes (`shard_writes::idle`).
+    background: bool,
 }
 
 impl SegmentReader {
@@ -229,6 +231,16 @@ impl SegmentReader {
             position: 0,
             data: Bytes::new(),
             window_bytes: window_bytes.clamp(BLOCK_BYTES, READ_WINDOW_BYTES_MAX),
+            background: false,
+        }
+    }
+
+    /// A reader for background work (the cleaner): each refill first lets the shard's
+    /// writes in flight finish, for a bounded time, so its reads do not queue ahead of them.
+    pub(super) fn background(window_bytes: usize) -> Self {
+        SegmentReader {
+            background: true,
+            ..SegmentReader::new(window_bytes)
         }
     }
 
@@ -251,6 +263,9 @@ impl SegmentReader {
                 return Err(StorageError::corrupt(path, reason));
             }
             let want = len.max(self.window_bytes).min(available);
+            if self.background {
+                shard_writes::idle().await;
+            }
             self.data = inner
                 .read_segment(segment_base_offset, position, len, want)
                 .await?;

@@ -14,13 +14,12 @@
 //! each log's first, per shard; `pending_bytes` counts the appended bytes of the chunks not
 //! yet retired (head bytes copied from an earlier chunk excepted).
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
 use glommio::io::DmaBuffer;
 
-use super::LogConfig;
+use super::{shard_writes, LogConfig};
 use crate::io::{align_down, align_up, IoMode, BLOCK_BYTES};
 use crate::segment::Segment;
 
@@ -30,18 +29,15 @@ pub(super) const CHUNK_BYTES_MIN: usize = 64 << 10;
 /// each completion travels back and the next write is submitted. Measured from the shard's
 /// CPU, 1 MiB O_DIRECT writes gave 1.42-1.6 GB/s one at a time and 1.9-2.07 GB/s two at a
 /// time; four gave no more than two.
+///
+/// A log's first write always starts; its second only while the shard (`shard_writes`) has
+/// fewer than this many in flight: with several busy logs the disk is kept busy already, and
+/// deeper queues only raised latency (4 partitions: p99.9 4.2-4.8 -> 7.6-10.4 ms, same
+/// throughput). A log refused a second write asks again when its own write completes, not
+/// when another's does.
 const WRITES_IN_FLIGHT_MAX: usize = 2;
 
 const _: () = assert!(CHUNK_BYTES_MIN % BLOCK_BYTES == 0);
-
-thread_local! {
-    /// Writes in flight over all logs of this thread's shard. A log's first write always
-    /// starts; its second only while the shard has fewer than `WRITES_IN_FLIGHT_MAX` in
-    /// flight: with several busy logs the disk is kept busy already, and deeper queues only
-    /// raised latency (4 partitions: p99.9 4.2-4.8 -> 7.6-10.4 ms, same throughput). A log
-    /// refused a second write asks again when its own write completes, not when another's does.
-    static SHARD_WRITES_IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
-}
 
 pub(super) enum WriteOp {
     Data(Chunk),
@@ -219,7 +215,7 @@ impl WriteQueue {
             return Some(index);
         }
         if self.writes_in_flight >= WRITES_IN_FLIGHT_MAX
-            || SHARD_WRITES_IN_FLIGHT.get() >= WRITES_IN_FLIGHT_MAX
+            || shard_writes::in_flight() >= WRITES_IN_FLIGHT_MAX
         {
             return None;
         }
@@ -412,7 +408,7 @@ impl WriteQueue {
     pub(super) fn take_job(&mut self, has_file: impl Fn(i64) -> bool) -> Option<Job> {
         let index = self.next_job(has_file)?;
         self.writes_in_flight += 1;
-        SHARD_WRITES_IN_FLIGHT.set(SHARD_WRITES_IN_FLIGHT.get() + 1);
+        shard_writes::started();
         let front = &mut self.ops[index];
         let job = match front {
             WriteOp::Seal {
@@ -482,7 +478,7 @@ impl WriteQueue {
     /// An op taken by `take_job` finished (or failed).
     pub(super) fn end_write(&mut self) {
         self.writes_in_flight -= 1;
-        SHARD_WRITES_IN_FLIGHT.set(SHARD_WRITES_IN_FLIGHT.get() - 1);
+        shard_writes::finished();
     }
 
     /// Takes the chunk at the front of the queue if its write completed (every op before it
