@@ -287,12 +287,6 @@ impl Source {
         self.inner.borrow_mut().wakers.waiters.push(waker)
     }
 
-    /// ringlog patch: whether the operation was queued or submitted and has not completed
-    /// (its completion takes it out of the source map).
-    pub(super) fn is_armed(&self) -> bool {
-        self.inner.borrow().enqueued.is_some()
-    }
-
     pub(super) fn is_installed(&self) -> Option<bool> {
         match &self.inner.borrow().source_type {
             SourceType::ForeignNotifier(_, installed) => Some(*installed),

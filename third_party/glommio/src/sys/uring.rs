@@ -1221,8 +1221,7 @@ pub(crate) struct Reactor {
     latency_ring: RefCell<SleepableRing>,
     poll_ring: RefCell<PollRing>,
 
-    // ringlog patch: the latency ring's timer with the instant it expires.
-    latency_preemption_timeout_src: Cell<Option<(Source, Instant)>>,
+    latency_preemption_timeout_src: Cell<Option<Source>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1815,13 +1814,13 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // ringlog patch: the old timer is kept aside rather than cancelled here. It stays
-        // armed while it expires no later than the timer this turn needs: no later than
-        // the next user timer before a sleep, no later than the preempt slice otherwise.
-        // An earlier expiry only wakes us early, or makes a task queue yield early, which
-        // is harmless. Upstream cancelled it and armed a new one on every turn: a sleeping
-        // and waking shard paid a timeout and a cancellation each way, thousands a second.
-        let mut old_latency_timer = self.latency_preemption_timeout_src.take();
+        // Cancel the old timer regardless of whether we can sleep:
+        // if we won't sleep, we will register the new timer with its new
+        // value.
+        //
+        // But if we will sleep, there might be a timer registered that needs
+        // to be removed otherwise we'll wake up when it expires.
+        drop(self.latency_preemption_timeout_src.take());
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
@@ -1851,24 +1850,11 @@ impl Reactor {
         if should_sleep {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
-            let needed = user_timer.map(|dur| Instant::now() + dur);
-            // ringlog patch: keep the old timer if it expires no later than needed.
-            let kept = old_latency_timer.take().filter(|(timer, expiry)| {
-                timer.is_armed() && needed.is_some_and(|needed| *expiry <= needed)
-            });
-            match (kept, user_timer) {
-                (Some(kept), _) => self.latency_preemption_timeout_src.set(Some(kept)),
-                (None, Some(dur)) => {
-                    self.latency_preemption_timeout_src.set(Some((
-                        lat_ring.prepare_latency_preemption_timer(dur),
-                        Instant::now() + dur,
-                    )));
-                    assert!(flush_rings!(lat_ring)? > 0);
-                }
-                (None, None) => {}
+            if let Some(dur) = user_timer {
+                self.latency_preemption_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                assert!(flush_rings!(lat_ring)? > 0);
             }
-            // A timer not kept was dropped above: cancel it before we sleep.
-            flush_cancellations!(into &mut 0; lat_ring);
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
             // last time until now it could be that something happened in a remote executor
@@ -1894,26 +1880,10 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            // ringlog patch: the timer armed now, the one we slept with or the old one, is
-            // kept if it expires within this slice.
-            let armed = self
-                .latency_preemption_timeout_src
-                .take()
-                .or(old_latency_timer.take());
-            let slice_end = Instant::now() + preempt;
-            match armed.filter(|(timer, expiry)| timer.is_armed() && *expiry <= slice_end) {
-                Some(kept) => self.latency_preemption_timeout_src.set(Some(kept)),
-                None => {
-                    self.latency_preemption_timeout_src.set(Some((
-                        lat_ring.prepare_latency_preemption_timer(preempt),
-                        slice_end,
-                    )));
-                    flush_rings!(lat_ring, main_ring)?;
-                }
-            }
+            self.latency_preemption_timeout_src
+                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+            flush_rings!(lat_ring, main_ring)?;
         }
-        // ringlog patch: a timer neither kept nor replaced is cancelled, as upstream did.
-        drop(old_latency_timer);
 
         // A Note about `need_preempt`:
         //
