@@ -10,18 +10,19 @@
 //! waiter registered while writes were in flight is woken when the count reaches zero;
 //! `idle` returns at once when nothing is in flight and never later than `YIELD_MAX`.
 
-use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
+
+use super::Event;
 
 /// The longest a background read waits for the shard's writes to pause.
 pub(super) const YIELD_MAX: Duration = Duration::from_millis(5);
 
 thread_local! {
     static IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
-    static IDLE_WAITERS: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
+    /// Notified when `IN_FLIGHT` reaches zero.
+    static IDLE: Rc<Event> = Rc::new(Event::default());
 }
 
 /// Writes in flight on this shard.
@@ -37,9 +38,7 @@ pub(super) fn finished() {
     let left = IN_FLIGHT.get() - 1;
     IN_FLIGHT.set(left);
     if left == 0 {
-        for waker in IDLE_WAITERS.take() {
-            waker.wake();
-        }
+        IDLE.with(|idle| idle.notify());
     }
 }
 
@@ -48,31 +47,17 @@ pub(super) async fn idle() {
     if in_flight() == 0 {
         return;
     }
-    futures_lite::future::or(NoWrites, glommio::timer::sleep(YIELD_MAX)).await;
-}
-
-struct NoWrites;
-
-impl Future for NoWrites {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if in_flight() == 0 {
-            return Poll::Ready(());
-        }
-        IDLE_WAITERS.with_borrow_mut(|waiters| {
-            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                waiters.push(cx.waker().clone());
-            }
-        });
-        Poll::Pending
-    }
+    let event = IDLE.with(Rc::clone);
+    futures_lite::future::or(
+        event.wait_until(|| in_flight() == 0),
+        glommio::timer::sleep(YIELD_MAX),
+    )
+    .await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::rc::Rc;
     use std::time::Instant;
 
     #[test]
@@ -92,7 +77,8 @@ mod tests {
             let waiter = glommio::spawn_local({
                 let woken = woken.clone();
                 async move {
-                    NoWrites.await;
+                    let event = IDLE.with(Rc::clone);
+                    event.wait_until(|| in_flight() == 0).await;
                     woken.set(true);
                 }
             });
