@@ -17,9 +17,11 @@
 //! ```text
 //!  <base>.log.cleaned  <base>.index.cleaned  <base>.timeindex.cleaned   written, fdatasynced
 //!  → <base>.index.swap, <base>.timeindex.swap, then <base>.log.swap      (the commit point)
-//!  → the group's later segments' files renamed to `<later>.log.deleted` (and indexes)
-//!  → the .swap files renamed over <base>.index, <base>.timeindex, then <base>.log;
-//!    the directory fsynced; the .deleted files unlinked on the blocking thread
+//!  → <base>.log and the group's later segments' files renamed to `.deleted`
+//!    (`<later>.log.deleted`, its indexes, `<base>.log.deleted`)
+//!  → the .swap files renamed over <base>.index, <base>.timeindex, then to <base>.log;
+//!    the directory fsynced; on the blocking thread, the `.log.deleted` files renamed to
+//!    spares while the log has room for them (`spares.rs`), the other `.deleted` unlinked
 //! ```
 //! Renames in one directory reach the disk in the order they were made (the file system's
 //! journal), so no `.deleted` file exists on disk without the commit before it.
@@ -47,6 +49,7 @@ use std::rc::Rc;
 
 use super::open::remove_file_if_present;
 use super::read::SegmentReader;
+use super::spares::{keep_or_remove, FreedLog};
 use super::{Inner, Log, State};
 use crate::batch::BatchHeader;
 use crate::checkpoint::{encode_lines, parse_lines, read_text, write_atomically};
@@ -569,7 +572,7 @@ impl Log {
         };
         segment.file = Some(file);
         let size_after = segment.size_bytes;
-        let Some(deleted) = self.swap_in(group, segment, round.truncations)? else {
+        let Some(freed) = self.swap_in(group, segment, round.truncations)? else {
             for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
                 remove_file_if_present(&cleaner_path(dir, base, suffix, CLEANED_SUFFIX))?;
             }
@@ -577,17 +580,18 @@ impl Log {
             return Ok(None);
         };
         sync_dir(dir).await?;
-        if !deleted.is_empty() {
-            // Freeing a large file's extents would stall the shard, as in retention.
-            glommio::executor()
-                .spawn_blocking(move || {
-                    for path in deleted {
-                        remove_file_if_present(&path)?;
-                    }
-                    Ok::<_, StorageError>(())
-                })
-                .await?;
-        }
+        // On the blocking thread, as in retention: freeing a large file's extents would stall
+        // the shard.
+        let (spare_room, blocking_dir) = (inner.spare_room(), dir.clone());
+        let spares = glommio::executor()
+            .spawn_blocking(move || {
+                for path in freed.indexes {
+                    remove_file_if_present(&path)?;
+                }
+                keep_or_remove(&blocking_dir, freed.logs, spare_room)
+            })
+            .await?;
+        inner.spares.borrow_mut().extend(spares);
         stats.segments_rewritten += group.len();
         stats.bytes_before += group.iter().map(|c| c.size_bytes).sum::<u64>();
         stats.bytes_after += size_after;
@@ -597,16 +601,17 @@ impl Log {
     }
 
     /// Replaces the segments `group` was read from by `segment`, on disk (renames) and in
-    /// memory, in one step without an `.await`: the `.swap` commit, the later segments'
-    /// files renamed to `.deleted` (returned, for the caller to unlink), the `.swap` files
-    /// renamed into place. `None` if a segment is not the one read any more (retention, a
+    /// memory, in one step without an `.await`: the `.swap` commit, the replaced files renamed
+    /// to `.deleted` (the first segment's `.log`, the later segments' `.log` and indexes;
+    /// returned, for the caller to keep as spares or unlink), the `.swap` files renamed into
+    /// place. `None` if a segment is not the one read any more (retention, a
     /// truncation or a close came in between).
     fn swap_in(
         &self,
         group: &[Candidate],
         segment: Segment,
         truncations: u64,
-    ) -> Result<Option<Vec<PathBuf>>, StorageError> {
+    ) -> Result<Option<Freed>, StorageError> {
         let inner = &*self.inner;
         let mut state = inner.state.borrow_mut();
         let state = &mut *state;
@@ -646,16 +651,29 @@ impl Log {
         }
         #[cfg(test)]
         stop_at(CleanStep::Swap)?;
-        let mut deleted = Vec::new();
-        for member in &group[1..] {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                let from = segment_path(dir, member.base_offset, suffix);
-                let to = cleaner_path(dir, member.base_offset, suffix, DELETED_SUFFIX);
-                match std::fs::rename(&from, &to) {
-                    Ok(()) => deleted.push(to),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(StorageError::io("rename", &from, e)),
-                }
+        let mut freed = Freed::default();
+        // The first member's `.log` too, which the swap's rename would otherwise unlink: every
+        // replaced `.log` may become a spare.
+        let members = group.iter().map(|member| member.base_offset);
+        let files = members.flat_map(|base_offset| {
+            let suffixes = if base_offset == base {
+                &[LOG_SUFFIX][..]
+            } else {
+                &[LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX][..]
+            };
+            suffixes.iter().map(move |&suffix| (base_offset, suffix))
+        });
+        for (base_offset, suffix) in files {
+            let from = segment_path(dir, base_offset, suffix);
+            let to = cleaner_path(dir, base_offset, suffix, DELETED_SUFFIX);
+            match std::fs::rename(&from, &to) {
+                Ok(()) if suffix == LOG_SUFFIX => freed.logs.push(FreedLog {
+                    base_offset,
+                    path: to,
+                }),
+                Ok(()) => freed.indexes.push(to),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io("rename", &from, e)),
             }
         }
         #[cfg(test)]
@@ -675,8 +693,15 @@ impl Log {
         for member in group {
             inner.cache.remove_segment(inner.log_id, member.base_offset);
         }
-        Ok(Some(deleted))
+        Ok(Some(freed))
     }
+}
+
+/// The files a swap replaced, renamed to `.deleted`.
+#[derive(Default)]
+struct Freed {
+    logs: Vec<FreedLog>,
+    indexes: Vec<PathBuf>,
 }
 
 /// Gives the cleaned file the old one's modification time, as Kafka does: retention ages a

@@ -71,6 +71,7 @@ mod producer_snapshots;
 mod read;
 mod retention;
 mod shard_writes;
+mod spares;
 mod stats;
 mod truncate;
 mod write_queue;
@@ -203,9 +204,8 @@ struct Inner {
     signals: Rc<Signals>,
     disk_reads: Cell<DiskReads>,
     disk_writes: Cell<DiskWrites>,
-    /// `.spare` files: `.log` files of segments retention deleted, for new segments to
-    /// overwrite. Freeing a file's blocks costs the file system (and, mounted with `discard`,
-    /// the disk) far more than renaming it; overwriting allocated blocks spares allocation.
+    /// `.spare` files: `.log` files of segments retention deleted or the cleaner replaced,
+    /// for new segments to overwrite (`spares.rs`).
     spares: RefCell<Vec<PathBuf>>,
     /// Offsets of the producer-state snapshots on disk, ascending.
     snapshots: RefCell<Vec<i64>>,

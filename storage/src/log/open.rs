@@ -175,14 +175,6 @@ fn list_segment_bases(dir: &Path) -> Result<DirListing, StorageError> {
     Ok((bases, spares, snapshots))
 }
 
-/// Renames a deleted segment's `.log` to its `.spare` name; returns the new path.
-pub(super) fn keep_as_spare(dir: &Path, base_offset: i64) -> Result<PathBuf, StorageError> {
-    let from = segment_path(dir, base_offset, LOG_SUFFIX);
-    let to = segment_path(dir, base_offset, SPARE_SUFFIX);
-    std::fs::rename(&from, &to).map_err(|e| StorageError::io("rename", &from, e))?;
-    Ok(to)
-}
-
 pub(super) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError> {
     for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
         remove_file_if_present(&segment_path(dir, base_offset, suffix))?;

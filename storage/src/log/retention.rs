@@ -1,6 +1,6 @@
 //! Applying retention to a partition log (which segments may go is `crate::retention`'s
 //! decision): deleting the oldest whole segments, moving the log start offset, and keeping
-//! up to `SPARES_MAX` deleted `.log` files for new segments to reuse.
+//! deleted `.log` files as spares for new segments to reuse (`spares.rs`).
 //!
 //! Invariants: the log start offset is the first remaining segment's base offset, or past it
 //! where DeleteRecords moved it (`delete_records.rs`); a segment
@@ -8,14 +8,12 @@
 //! so a crash part-way leaves a shorter log, never a hole; the active segment is never
 //! deleted (when every record expired it is rolled first and its successor's file created).
 
-use super::open::{keep_as_spare, remove_segment_files};
+use super::open::remove_segment_files;
+use super::spares::{keep_or_remove, FreedLog};
 use super::{roll, Deleted, Inner, Log};
 use crate::error::StorageError;
 use crate::retention::{expired_prefix, Retention, SegmentAge};
 use crate::segment::{segment_path, Segment, LOG_SUFFIX};
-
-/// Deleted segment files a log keeps for reuse by new segments.
-const SPARES_MAX: usize = 2;
 
 impl Inner {
     /// A segment as retention sees it. Like Kafka, a segment whose batches carried no
@@ -42,9 +40,9 @@ impl Log {
     /// log start offset to the first segment kept. When every record has expired, the active
     /// segment is rolled first and its empty successor's file created, so the log keeps its
     /// end offset across restarts. A segment still waiting for its write or seal is kept until
-    /// a later call. Up to `SPARES_MAX` deleted `.log` files are kept as spares for new
-    /// segments; the rest are unlinked. Both happen on the executor's blocking thread, since
-    /// freeing a large file's extents would stall the shard.
+    /// a later call. Deleted `.log` files are kept as spares for new segments while there is
+    /// room (`spares.rs`); the rest are unlinked. Both happen on the executor's blocking
+    /// thread, since freeing a large file's extents would stall the shard.
     pub async fn apply_retention(
         &self,
         retention: Retention,
@@ -138,16 +136,16 @@ impl Log {
             "{why}"
         );
         let dir = inner.dir.clone();
-        let spare_room = SPARES_MAX.saturating_sub(inner.spares.borrow().len());
+        let spare_room = inner.spare_room();
         let spares = glommio::executor()
             .spawn_blocking(move || {
                 // Oldest first: a crash part-way leaves a shorter log, never a hole.
                 let mut spares = Vec::new();
-                for base in bases {
-                    if spares.len() < spare_room {
-                        spares.push(keep_as_spare(&dir, base)?);
-                    }
-                    remove_segment_files(&dir, base)?;
+                for base_offset in bases {
+                    let path = segment_path(&dir, base_offset, LOG_SUFFIX);
+                    let freed = vec![FreedLog { base_offset, path }];
+                    spares.extend(keep_or_remove(&dir, freed, spare_room - spares.len())?);
+                    remove_segment_files(&dir, base_offset)?;
                 }
                 Ok::<_, StorageError>(spares)
             })

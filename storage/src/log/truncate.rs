@@ -4,14 +4,16 @@
 //! (`StorageError::Truncating`), syncs and read-aheads do not start, and the cut waits until
 //! every queued op is done, no fdatasync and no read-ahead is in flight (no write, in
 //! particular no direct-mode block write with its padding, can land after the file is cut);
-//! later segments' files go first, newest first, then the segment holding the offset is cut and
-//! fdatasynced, then the directory is fsynced, so once the call returns no crash brings back a
-//! record at or past the offset; the in-memory state changes in one borrow after the files; a
-//! failure (or cancellation) once files were touched latches the log.
+//! later segments' files go first, newest first, and every spare file with them, then the
+//! segment holding the offset is cut and fdatasynced, then the directory is fsynced, so once
+//! the call returns no crash brings back a record at or past the offset; the in-memory state
+//! changes in one borrow after the files; a failure (or cancellation) once files were touched
+//! latches the log.
 
 use super::open::{load_tail_block, remove_file_if_present, remove_segment_files};
 use super::producer_snapshots::wall_clock_ms;
 use super::read::SegmentReader;
+use super::spares::remove_spares;
 use super::{Inner, Log};
 use crate::error::{StorageError, TruncateError};
 use crate::io::sync_dir;
@@ -159,13 +161,16 @@ impl Log {
         let (base_offset, file, roll_base_ms) = kept;
         // Newest first: a crash part-way leaves a shorter log, never a hole. On the blocking
         // thread, as retention does: freeing a large file's extents would stall the shard.
+        // Spares go too: the cleaner's may hold offsets at or past the cut, which a segment
+        // created past it could otherwise take over (`spares.rs`).
         let blocking_dir = dir.clone();
+        let spares = inner.take_spares();
         glommio::executor()
             .spawn_blocking(move || {
                 for &base in later_bases.iter().rev() {
                     remove_segment_files(&blocking_dir, base)?;
                 }
-                Ok::<_, StorageError>(())
+                remove_spares(spares)
             })
             .await?;
         let stale_snapshots: Vec<i64> = inner

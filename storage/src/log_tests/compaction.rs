@@ -474,8 +474,8 @@ fn a_crash_after_merged_segments_were_set_aside_completes_the_swap() {
             let (log, _) = stopped_clean(dir, mode, CleanStep::Deleted).await;
             assert_eq!(
                 files_ending(dir, ".deleted").len(),
-                9,
-                "{mode:?}: three segments"
+                10,
+                "{mode:?}: the first segment's .log and three whole segments"
             );
             drop(log);
             let log = open(dir, rolling(mode)).await;
@@ -483,6 +483,51 @@ fn a_crash_after_merged_segments_were_set_aside_completes_the_swap() {
             assert!(files_ending(dir, ".swap").is_empty(), "{mode:?}");
             assert_eq!(records(&log).await, latest_users(), "{mode:?}");
             assert_eq!(log.log_end_offset(), 7);
+        });
+    }
+}
+
+#[test]
+fn replaced_segment_files_become_spares_for_new_segments() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let dir = dir.path();
+            let log = open(dir, rolling(mode)).await;
+            let now = Cell::new(T0);
+            append_rolled(&log, &users(), &now).await;
+            let old = |base: &str| inode(&dir.join(format!("000000000000000000{base}.log")));
+            let (first, second) = (old("00"), old("02"));
+            clean(&log, now.get()).await;
+            // Four sealed segments merged into one: two of their files (SPARES_MAX) are kept,
+            // the first segment's, which the swap would have unlinked, among them.
+            assert_eq!(
+                files_with(dir, SPARE_SUFFIX),
+                vec!["00000000000000000000.spare", "00000000000000000002.spare"],
+                "{mode:?}"
+            );
+            assert_eq!(inode(&dir.join("00000000000000000000.spare")), first);
+            assert!(files_ending(dir, ".deleted").is_empty(), "{mode:?}");
+
+            // The next roll takes a spare. Its old records lie past what the new segment
+            // holds: a crash must not bring them back.
+            now.set(now.get() + 1);
+            log.append(&keyed(&[("user4", Some("W"))]), 0, now.get())
+                .expect("append");
+            log.sync().await.expect("sync");
+            assert_eq!(inode(&dir.join("00000000000000000007.log")), second);
+            drop(log);
+            let log = open(dir, rolling(mode)).await;
+            let mut latest = latest_users();
+            latest.push(record(7, "user4", Some("W")));
+            assert_eq!(records(&log).await, latest, "{mode:?}");
+            assert_eq!(log.log_end_offset(), 8);
+
+            // A truncation unlinks the spares: a cleaner's spare may hold offsets past the cut.
+            assert_eq!(files_with(dir, SPARE_SUFFIX).len(), 1, "{mode:?}");
+            log.truncate_to(7).await.expect("truncate");
+            assert!(files_with(dir, SPARE_SUFFIX).is_empty(), "{mode:?}");
+            log.close().await.expect("close");
         });
     }
 }
