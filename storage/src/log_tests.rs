@@ -1434,6 +1434,44 @@ fn indexes_left_without_their_log_are_removed_on_open() {
 }
 
 #[test]
+fn a_read_under_way_when_retention_deletes_its_segment_finds_it_gone() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let batch_bytes = batch(2, 1_000).len() as u64;
+            let config = small_segments(mode, 2);
+            let log = seven_batches_in_four_segments(dir.path(), config).await;
+            // Reopened, so that the read goes to the file rather than the batch cache.
+            log.close().await.expect("close");
+            let log = open(dir.path(), config).await;
+            let reader = glommio::spawn_local({
+                let log = log.clone();
+                async move { log.read(0, 1 << 20).await }
+            });
+            // The reader starts its file read; retention deletes its segment meanwhile. The
+            // file may become a new segment's (a spare) before the read completes, so the
+            // bytes read must not be answered.
+            glommio::executor().yield_now().await;
+            let keep_three_batches = Retention {
+                ms: -1,
+                bytes: (batch_bytes * 3) as i64,
+            };
+            let deleted = log.apply_retention(keep_three_batches, 0).await;
+            assert_eq!(deleted.expect("retention").segments, 2, "{mode:?}");
+            match reader.await {
+                Err(ReadError::OffsetOutOfRange {
+                    offset: 0,
+                    log_start_offset: 8,
+                    ..
+                }) => {}
+                other => panic!("{mode:?}: a read of a deleted segment: {other:?}"),
+            }
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
 fn deleted_segment_files_are_reused_by_new_segments() {
     for mode in modes() {
         run(move || async move {

@@ -7,7 +7,9 @@
 //! segment's `written_bytes` is copied from the write queue, so a read waits only when that
 //! part is inside a buffered write in flight; at most one read-ahead per log is in flight, it
 //! reads written bytes only and holds at most half the batch cache
-//! (`BatchCache::has_read_ahead_room`); no `RefCell` borrow is held across an `.await`.
+//! (`BatchCache::has_read_ahead_room`); bytes read from a segment that the cleaner replaced
+//! or retention deleted meanwhile are never answered (its file may be a new segment's by then,
+//! `spares.rs`); no `RefCell` borrow is held across an `.await`.
 
 use std::rc::Rc;
 
@@ -469,13 +471,20 @@ impl Log {
         let records = reader
             .bytes(inner, segment_base_offset, start, total_bytes)
             .await?;
-        if inner.state.borrow().cleaner.rewrites != rewrites {
+        {
+            let state = inner.state.borrow();
             // The cleaner replaced a segment under the read, which may have mixed the old
-            // file's positions with the new one's: `read_below` reads again.
-            return Err(StorageError::Closed {
-                path: inner.dir.clone(),
+            // file's positions with the new one's: `read_below` reads again. Or retention
+            // deleted the segment read, whose file a new segment may have taken over as a
+            // spare (`spares.rs`) and written: `read_below` answers as to a later read.
+            if state.cleaner.rewrites != rewrites
+                || state.segment_slot(segment_base_offset).is_none()
+            {
+                return Err(StorageError::Closed {
+                    path: inner.dir.clone(),
+                }
+                .into());
             }
-            .into());
         }
         if inner.config.get().io_mode == IoMode::Direct {
             self.read_ahead(segment_base_offset, next_offset, window_bytes);
