@@ -1433,32 +1433,38 @@ fn indexes_left_without_their_log_are_removed_on_open() {
     });
 }
 
+/// Runs `op` on four segments of two batches each (reopened, so that reads go to the files
+/// rather than the batch cache) and, while it waits for its first file read, lets retention
+/// delete the first two segments: their files may be new segments' (spares) before the read
+/// completes. Returns what `op` answered and the log.
+async fn under_retention<T: 'static, F: Future<Output = T> + 'static>(
+    dir: &Path,
+    mode: IoMode,
+    op: impl FnOnce(Log) -> F,
+) -> (T, Log) {
+    let config = small_segments(mode, 2);
+    let log = seven_batches_in_four_segments(dir, config).await;
+    log.close().await.expect("close");
+    let log = open(dir, config).await;
+    let op = glommio::spawn_local(op(log.clone()));
+    glommio::executor().yield_now().await;
+    let keep_three_batches = Retention {
+        ms: -1,
+        bytes: (batch(2, 1_000).len() * 3) as i64,
+    };
+    let deleted = log.apply_retention(keep_three_batches, 0).await;
+    assert_eq!(deleted.expect("retention").segments, 2, "{mode:?}");
+    (op.await, log)
+}
+
 #[test]
 fn a_read_under_way_when_retention_deletes_its_segment_finds_it_gone() {
     for mode in modes() {
         run(move || async move {
             let dir = tempfile::tempdir().expect("tempdir");
-            let batch_bytes = batch(2, 1_000).len() as u64;
-            let config = small_segments(mode, 2);
-            let log = seven_batches_in_four_segments(dir.path(), config).await;
-            // Reopened, so that the read goes to the file rather than the batch cache.
-            log.close().await.expect("close");
-            let log = open(dir.path(), config).await;
-            let reader = glommio::spawn_local({
-                let log = log.clone();
-                async move { log.read(0, 1 << 20).await }
-            });
-            // The reader starts its file read; retention deletes its segment meanwhile. The
-            // file may become a new segment's (a spare) before the read completes, so the
-            // bytes read must not be answered.
-            glommio::executor().yield_now().await;
-            let keep_three_batches = Retention {
-                ms: -1,
-                bytes: (batch_bytes * 3) as i64,
-            };
-            let deleted = log.apply_retention(keep_three_batches, 0).await;
-            assert_eq!(deleted.expect("retention").segments, 2, "{mode:?}");
-            match reader.await {
+            let read = |log: Log| async move { log.read(0, 1 << 20).await };
+            let (read, log) = under_retention(dir.path(), mode, read).await;
+            match read {
                 Err(ReadError::OffsetOutOfRange {
                     offset: 0,
                     log_start_offset: 8,
@@ -1466,6 +1472,21 @@ fn a_read_under_way_when_retention_deletes_its_segment_finds_it_gone() {
                 }) => {}
                 other => panic!("{mode:?}: a read of a deleted segment: {other:?}"),
             }
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn a_time_query_under_way_when_retention_deletes_its_segment_searches_again() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let query = |log: Log| async move { log.offset_for_timestamp(1_000).await };
+            let (found, log) = under_retention(dir.path(), mode, query).await;
+            // The first record at or after the time among those the log still holds.
+            let found = found.expect("lookup").expect("a record");
+            assert_eq!(found.0, 8, "{mode:?}");
             log.close().await.expect("close");
         });
     }

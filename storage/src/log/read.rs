@@ -626,33 +626,46 @@ impl Log {
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>, StorageError> {
         let inner = &*self.inner;
-        let candidates: Vec<(i64, u64)> = {
-            let state = inner.state.borrow();
-            state
-                .segments
-                .iter()
-                .filter(|s| s.max_timestamp != TIMESTAMP_NONE && s.max_timestamp >= timestamp)
-                .map(|s| {
-                    (
-                        s.base_offset,
-                        u64::from(s.index.lookup(s.time_index.lookup(timestamp))),
-                    )
-                })
-                .collect()
-        };
-        let mut reader = SegmentReader::new(inner.config.get().index_interval_bytes as usize * 2);
-        for (segment_base_offset, mut position) in candidates {
-            while let Some(header) = reader
-                .header_at(inner, segment_base_offset, position)
-                .await?
-            {
-                if header.max_timestamp >= timestamp {
-                    return self.refine_to_record(header, timestamp).await.map(Some);
+        // Headers read from a segment that retention deleted or the cleaner replaced meanwhile
+        // may be another segment's (see the invariants): such a search starts over.
+        'search: loop {
+            let rewrites = inner.state.borrow().cleaner.rewrites;
+            let moved = |segment_base_offset| {
+                let state = inner.state.borrow();
+                state.cleaner.rewrites != rewrites
+                    || state.segment_slot(segment_base_offset).is_none()
+            };
+            let candidates: Vec<(i64, u64)> = {
+                let state = inner.state.borrow();
+                state
+                    .segments
+                    .iter()
+                    .filter(|s| s.max_timestamp != TIMESTAMP_NONE && s.max_timestamp >= timestamp)
+                    .map(|s| {
+                        (
+                            s.base_offset,
+                            u64::from(s.index.lookup(s.time_index.lookup(timestamp))),
+                        )
+                    })
+                    .collect()
+            };
+            let window_bytes = inner.config.get().index_interval_bytes as usize * 2;
+            let mut reader = SegmentReader::new(window_bytes);
+            for (segment_base_offset, mut position) in candidates {
+                loop {
+                    let header = reader.header_at(inner, segment_base_offset, position).await;
+                    if moved(segment_base_offset) {
+                        continue 'search;
+                    }
+                    let Some(header) = header? else { break };
+                    if header.max_timestamp >= timestamp {
+                        return self.refine_to_record(header, timestamp).await.map(Some);
+                    }
+                    position += header.total_bytes() as u64;
                 }
-                position += header.total_bytes() as u64;
             }
+            return Ok(None);
         }
-        Ok(None)
     }
 
     /// The first record with the log's largest timestamp, as `(offset, timestamp)`: the
