@@ -49,7 +49,7 @@ use std::rc::Rc;
 
 use super::open::remove_file_if_present;
 use super::read::SegmentReader;
-use super::spares::{keep_or_remove, FreedLog};
+use super::spares::{keep_or_remove, remove_spares, FreedLog};
 use super::{Inner, Log, State};
 use crate::batch::BatchHeader;
 use crate::checkpoint::{encode_lines, parse_lines, read_text, write_atomically};
@@ -186,6 +186,13 @@ pub(crate) enum CleanStep {
 thread_local! {
     pub(crate) static STOP_AT: std::cell::Cell<Option<CleanStep>> =
         const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// When set, a clean waits for a permit after each swap, before it frees the old files.
+    pub(crate) static PAUSE_AFTER_SWAP: std::cell::RefCell<Option<Rc<glommio::sync::Semaphore>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]
@@ -580,6 +587,10 @@ impl Log {
             return Ok(None);
         };
         sync_dir(dir).await?;
+        #[cfg(test)]
+        if let Some(pause) = PAUSE_AFTER_SWAP.with_borrow(Clone::clone) {
+            pause.acquire(1).await.expect("pause");
+        }
         // On the blocking thread, as in retention: freeing a large file's extents would stall
         // the shard.
         let (spare_room, blocking_dir) = (inner.spare_room(), dir.clone());
@@ -591,7 +602,19 @@ impl Log {
                 keep_or_remove(&blocking_dir, freed.logs, spare_room)
             })
             .await?;
-        inner.spares.borrow_mut().extend(spares);
+        let truncated = {
+            let state = inner.state.borrow();
+            state.truncating || state.truncations != round.truncations
+        };
+        if truncated {
+            // A truncation began since the swap and may have moved the log end below what the
+            // spares held: it unlinked the spares it found, and these must go too.
+            glommio::executor()
+                .spawn_blocking(move || remove_spares(spares))
+                .await?;
+        } else {
+            inner.spares.borrow_mut().extend(spares);
+        }
         stats.segments_rewritten += group.len();
         stats.bytes_before += group.iter().map(|c| c.size_bytes).sum::<u64>();
         stats.bytes_after += size_after;

@@ -57,7 +57,7 @@ use crate::segment::Segment;
 
 pub use self::compaction::{CleanPolicy, CleanStats, Cleanable};
 #[cfg(test)]
-pub(crate) use self::compaction::{CleanStep, STOP_AT};
+pub(crate) use self::compaction::{CleanStep, PAUSE_AFTER_SWAP, STOP_AT};
 use self::read::ReadAhead;
 pub use self::stats::{DiskReads, DiskWrites, WriteProgress};
 use self::write_queue::{Chunk, ChunkInfo, Job, Snapshot, WriteQueue};

@@ -10,7 +10,8 @@
 //! over (retention frees segments below the log start, the cleaner sealed ones below the log
 //! end), so recovery, which stops at the first batch below a segment's base offset, never
 //! reads a spare's old batches as the segment's; a truncation, which moves the log end back
-//! below what spares may hold, unlinks them all before it makes its cut durable.
+//! below what spares may hold, unlinks them all before it makes its cut durable, and a
+//! cleaner's spares freed while a truncation began are unlinked instead of kept.
 
 use std::path::{Path, PathBuf};
 

@@ -7,9 +7,10 @@
 
 use super::*;
 use crate::compact::test_records::{decode_records, encode_keyed_batch, Decoded, KeyedBatch};
-use crate::log::{CleanStep, STOP_AT};
+use crate::log::{CleanStep, PAUSE_AFTER_SWAP, STOP_AT};
 use crate::{CleanPolicy, CleanStats, IoThrottle};
 use proptest::prelude::*;
+use std::time::Duration;
 
 /// Timestamps of the batches these tests append.
 const T0: i64 = 1_700_000_000_000;
@@ -132,7 +133,7 @@ fn cleaning_keeps_the_latest_value_of_each_key_at_its_offset() {
                     .expect("mtime")
             };
             let modified_before = modified();
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20));
             let stats = clean(&log, now.get()).await;
             assert_eq!(stats.segments_rewritten, 4, "{mode:?}");
             assert_eq!(
@@ -527,6 +528,45 @@ fn replaced_segment_files_become_spares_for_new_segments() {
             assert_eq!(files_with(dir, SPARE_SUFFIX).len(), 1, "{mode:?}");
             log.truncate_to(7).await.expect("truncate");
             assert!(files_with(dir, SPARE_SUFFIX).is_empty(), "{mode:?}");
+            log.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn spares_freed_while_a_truncation_begins_are_unlinked() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let dir = dir.path();
+            let log = open(dir, rolling(mode)).await;
+            let now = Cell::new(T0);
+            append_rolled(&log, &users(), &now).await;
+            // The cleaner stops after its swap, before it renames the replaced files to
+            // spares; a truncation starts (and finds no spares to unlink) meanwhile.
+            let pause = Rc::new(glommio::sync::Semaphore::new(0));
+            PAUSE_AFTER_SWAP.set(Some(pause.clone()));
+            let cleaning = glommio::spawn_local({
+                let (log, now) = (log.clone(), now.get());
+                async move { clean(&log, now).await }
+            });
+            let mut turns = 0;
+            while files_ending(dir, ".deleted").is_empty() {
+                turns += 1;
+                assert!(turns < 5_000, "{mode:?}: the swap never came");
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            let truncation = glommio::spawn_local({
+                let log = log.clone();
+                async move { log.truncate_to(5).await }
+            });
+            glommio::timer::sleep(Duration::from_millis(100)).await;
+            PAUSE_AFTER_SWAP.set(None);
+            pause.signal(1);
+            truncation.await.expect("truncate");
+            assert_eq!(cleaning.await.segments_rewritten, 4, "{mode:?}");
+            assert!(files_with(dir, SPARE_SUFFIX).is_empty(), "{mode:?}");
+            assert_eq!(log.log_end_offset(), 5);
             log.close().await.expect("close");
         });
     }
