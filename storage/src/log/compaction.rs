@@ -384,20 +384,16 @@ impl Log {
         stats: CleanStats,
         candidates: &[Candidate],
     ) -> Result<CleanStats, StorageError> {
-        let state = self.inner.state.borrow();
+        let inner = &*self.inner;
+        let state = inner.state.borrow();
         let raced = matches!(
             error,
             StorageError::Closed { .. } | StorageError::CorruptFile { .. }
         ) && !state.closed
             && state.failed.is_none()
-            && candidates.iter().any(|candidate| {
-                state
-                    .segment_slot(candidate.base_offset)
-                    .is_none_or(|slot| {
-                        let file = state.segments[slot].file.as_ref();
-                        !file.is_some_and(|f| Rc::ptr_eq(f, &candidate.file))
-                    })
-            });
+            && candidates
+                .iter()
+                .any(|candidate| !inner.reads_from(candidate.base_offset, &candidate.file));
         if raced {
             return Ok(stats);
         }

@@ -7,9 +7,9 @@
 //! segment's `written_bytes` is copied from the write queue, so a read waits only when that
 //! part is inside a buffered write in flight; at most one read-ahead per log is in flight, it
 //! reads written bytes only and holds at most half the batch cache
-//! (`BatchCache::has_read_ahead_room`); bytes read from a segment that the cleaner replaced
-//! or retention deleted meanwhile are never answered (its file may be a new segment's by then,
-//! `spares.rs`); no `RefCell` borrow is held across an `.await`.
+//! (`BatchCache::has_read_ahead_room`); bytes read from a file that stopped being its
+//! segment's during the read (retention, the cleaner) are never used, since the file may be a
+//! new segment's by then (`spares.rs`); no `RefCell` borrow is held across an `.await`.
 
 use std::rc::Rc;
 
@@ -186,6 +186,14 @@ impl Inner {
                 } => {
                     let on_disk = file.read_exact(position, file_bytes).await?;
                     self.count_disk_read(file_bytes, false);
+                    if !self.reads_from(segment_base_offset, &file) {
+                        // Retention deleted the segment or the cleaner replaced its file while
+                        // the read was in flight: the file may be a new segment's by now (a
+                        // spare, `spares.rs`), its bytes anything.
+                        return Err(StorageError::Closed {
+                            path: self.dir.clone(),
+                        });
+                    }
                     if queued.is_empty() {
                         return Ok(on_disk);
                     }
@@ -197,6 +205,14 @@ impl Inner {
             }
         }
     }
+    /// Whether `file` is still the file of the segment at `segment_base_offset`.
+    pub(super) fn reads_from(&self, segment_base_offset: i64, file: &Rc<SegmentFile>) -> bool {
+        let state = self.state.borrow();
+        let slot = state.segment_slot(segment_base_offset);
+        slot.and_then(|slot| state.segments[slot].file.as_ref())
+            .is_some_and(|current| Rc::ptr_eq(current, file))
+    }
+
     fn segment_size_bytes(&self, segment_base_offset: i64) -> Result<u64, StorageError> {
         let state = self.state.borrow();
         match state.segment_slot(segment_base_offset) {
@@ -471,20 +487,13 @@ impl Log {
         let records = reader
             .bytes(inner, segment_base_offset, start, total_bytes)
             .await?;
-        {
-            let state = inner.state.borrow();
+        if inner.state.borrow().cleaner.rewrites != rewrites {
             // The cleaner replaced a segment under the read, which may have mixed the old
-            // file's positions with the new one's: `read_below` reads again. Or retention
-            // deleted the segment read, whose file a new segment may have taken over as a
-            // spare (`spares.rs`) and written: `read_below` answers as to a later read.
-            if state.cleaner.rewrites != rewrites
-                || state.segment_slot(segment_base_offset).is_none()
-            {
-                return Err(StorageError::Closed {
-                    path: inner.dir.clone(),
-                }
-                .into());
+            // file's positions with the new one's: `read_below` reads again.
+            return Err(StorageError::Closed {
+                path: inner.dir.clone(),
             }
+            .into());
         }
         if inner.config.get().io_mode == IoMode::Direct {
             self.read_ahead(segment_base_offset, next_offset, window_bytes);

@@ -42,10 +42,12 @@ impl Inner {
         let file = Rc::new(SegmentFile::open(&path, self.config.get().io_mode).await?);
         sync_dir(&self.dir).await?;
         let mut state = self.state.borrow_mut();
-        if let Some(slot) = state.segment_slot(segment_base_offset) {
-            state.segments[slot].file = Some(file.clone());
+        match state.segment_slot(segment_base_offset) {
+            // A segment keeps the first file it got: reads check that the file they read is
+            // still their segment's (`Inner::reads_from`).
+            Some(slot) => Ok(state.segments[slot].file.get_or_insert(file).clone()),
+            None => Ok(file),
         }
-        Ok(file)
     }
 
     /// How far ahead of its writes a segment file is allocated: `ALLOCATION_STEP_BYTES`, or
