@@ -668,7 +668,11 @@ impl Log {
                     }
                     let Some(header) = header? else { break };
                     if header.max_timestamp >= timestamp {
-                        return self.refine_to_record(header, timestamp).await.map(Some);
+                        match self.refine_to_record(header, timestamp).await? {
+                            Some(found) => return Ok(Some(found)),
+                            // Retention deleted the batch since its header was read.
+                            None => continue 'search,
+                        }
                     }
                     position += header.total_bytes() as u64;
                 }
@@ -710,20 +714,21 @@ impl Log {
 
     /// Kafka answers a time query per record: the first record of `batch` at or after
     /// `timestamp`. A compressed batch (or one that cannot be read) answers with its base
-    /// offset, which is at or before that record.
+    /// offset, which is at or before that record. `None` when the batch is below the log
+    /// start by now.
     async fn refine_to_record(
         &self,
         batch: BatchHeader,
         timestamp: i64,
-    ) -> Result<(i64, i64), StorageError> {
+    ) -> Result<Option<(i64, i64)>, StorageError> {
         let whole_batch = (batch.base_offset, batch.max_timestamp);
         match self.read(batch.base_offset, batch.total_bytes()).await {
-            Ok(read) => Ok(
+            Ok(read) => Ok(Some(
                 crate::batch::first_record_at_or_after(&read.records, timestamp)
                     .unwrap_or(whole_batch),
-            ),
+            )),
             Err(ReadError::Storage(error)) => Err(error),
-            Err(ReadError::OffsetOutOfRange { .. }) => Ok(whole_batch),
+            Err(ReadError::OffsetOutOfRange { .. }) => Ok(None),
         }
     }
 }
