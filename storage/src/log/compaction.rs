@@ -671,28 +671,28 @@ impl Log {
         #[cfg(test)]
         stop_at(CleanStep::Swap)?;
         let mut freed = Freed::default();
-        // The first member's `.log` too, which the swap's rename would otherwise unlink: every
-        // replaced `.log` may become a spare.
-        let members = group.iter().map(|member| member.base_offset);
-        let files = members.flat_map(|base_offset| {
-            let suffixes = if base_offset == base {
-                &[LOG_SUFFIX][..]
+        for (i, member) in group.iter().enumerate() {
+            // The first member's indexes the swap's renames replace; its `.log` is set aside
+            // as well, which the swap's rename would otherwise unlink: every replaced `.log`
+            // may become a spare.
+            let suffixes: &[&str] = if i == 0 {
+                &[LOG_SUFFIX]
             } else {
-                &[LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX][..]
+                &[LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
             };
-            suffixes.iter().map(move |&suffix| (base_offset, suffix))
-        });
-        for (base_offset, suffix) in files {
-            let from = segment_path(dir, base_offset, suffix);
-            let to = cleaner_path(dir, base_offset, suffix, DELETED_SUFFIX);
-            match std::fs::rename(&from, &to) {
-                Ok(()) if suffix == LOG_SUFFIX => freed.logs.push(FreedLog {
-                    base_offset,
-                    path: to,
-                }),
-                Ok(()) => freed.indexes.push(to),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StorageError::io("rename", &from, e)),
+            let base_offset = member.base_offset;
+            for &suffix in suffixes {
+                let from = segment_path(dir, base_offset, suffix);
+                let to = cleaner_path(dir, base_offset, suffix, DELETED_SUFFIX);
+                match std::fs::rename(&from, &to) {
+                    Ok(()) if suffix == LOG_SUFFIX => freed.logs.push(FreedLog {
+                        base_offset,
+                        path: to,
+                    }),
+                    Ok(()) => freed.indexes.push(to),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StorageError::io("rename", &from, e)),
+                }
             }
         }
         #[cfg(test)]

@@ -44,9 +44,8 @@ impl Inner {
 }
 
 /// Renames the first `room` of `freed` to their `.spare` names (where no spare has that name)
-/// and unlinks the rest. Blocking
-/// (unlinking a large file frees its extents): for the executor's blocking thread. Returns the
-/// spares kept.
+/// and unlinks the rest. Blocking (unlinking a large file frees its extents): for the
+/// executor's blocking thread. Returns the spares kept.
 pub(super) fn keep_or_remove(
     dir: &Path,
     freed: Vec<FreedLog>,
