@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use crate::batch::test_batches::{batch_base_offsets, encode_batch, BatchSpec};
 use crate::batch::{BatchError, BatchIter};
+use crate::log::PAUSE_SEAL;
 use crate::{
     AppendError, AppendInfo, BatchCache, Deleted, IoMode, Log, LogConfig, ReadError, Retention,
     StorageError, TruncateError,
@@ -1404,6 +1405,57 @@ fn retention_waits_for_a_segment_to_be_sealed() {
         assert_eq!(segment_bases(&log), vec![4]);
         assert_eq!(batch_base_offsets(&read_all(&log, 4).await), vec![4]);
     });
+}
+
+/// A seal (an fdatasync and small files) goes on beside the next segment's writes, and a
+/// crash before it wrote the indexes leaves a log that recovery reads back whole.
+#[test]
+fn the_next_segment_is_written_beside_a_seal_and_a_crash_in_the_seal_loses_nothing() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let dir = dir.path();
+            let log = open(dir, small_segments(mode, 2)).await;
+            let pause = Rc::new(glommio::sync::Semaphore::new(0));
+            PAUSE_SEAL.set(Some(pause.clone()));
+            for timestamp in 0..3 {
+                log.append(&batch(2, 1_000 + timestamp), 0, 0)
+                    .expect("append");
+            }
+            // The third batch starts the second segment; acks=1 waits for its write only.
+            let written = futures_lite::future::or(
+                async { log.wait_written(6).await.map(|()| true) },
+                async {
+                    glommio::timer::sleep(std::time::Duration::from_secs(10)).await;
+                    Ok(false)
+                },
+            )
+            .await
+            .expect("written");
+            assert!(written, "{mode:?}: the next segment waited for the seal");
+            assert_eq!(segment_bases(&log), vec![0, 4]);
+            assert!(files_with(dir, INDEX_SUFFIX).is_empty(), "{mode:?}: sealed");
+            // What a crash now would leave.
+            let crashed = tempfile::tempdir().expect("tempdir");
+            for entry in std::fs::read_dir(dir).expect("read dir") {
+                let entry = entry.expect("entry");
+                std::fs::copy(entry.path(), crashed.path().join(entry.file_name())).expect("copy");
+            }
+            PAUSE_SEAL.set(None);
+            pause.signal(1);
+            log.flush().await.expect("flush");
+            assert_eq!(files_with(dir, INDEX_SUFFIX).len(), 1, "{mode:?}: sealed");
+            let expected = read_all(&log, 0).await;
+            assert_eq!(batch_base_offsets(&expected), vec![0, 2, 4]);
+            log.close().await.expect("close");
+            let recovered = open(crashed.path(), small_segments(mode, 2)).await;
+            assert_eq!(segment_bases(&recovered), vec![0, 4], "{mode:?}");
+            assert_same(&read_all(&recovered, 0).await, &expected, mode);
+            let next = recovered.append(&batch(2, 2_000), 0, 0).expect("append");
+            assert_eq!(next.base_offset, 6, "{mode:?}");
+            recovered.close().await.expect("close");
+        });
+    }
 }
 
 #[test]

@@ -61,6 +61,8 @@ pub(crate) use self::compaction::{CleanStep, PAUSE_AFTER_SWAP, STOP_AT};
 use self::read::ReadAhead;
 pub use self::stats::{DiskReads, DiskWrites, WriteProgress};
 use self::write_queue::{Chunk, ChunkInfo, Job, Snapshot, WriteQueue};
+#[cfg(test)]
+pub(crate) use self::writer::PAUSE_SEAL;
 
 mod append;
 mod compaction;
@@ -424,7 +426,7 @@ impl State {
     }
 
     fn complete_seal(&mut self) {
-        let segment_base_offset = self.queue.complete_seal();
+        let segment_base_offset = self.queue.end_seal();
         if let Some(slot) = self.segment_slot(segment_base_offset) {
             self.segments[slot].tail_block = Vec::new();
         }
@@ -557,8 +559,11 @@ impl Log {
     pub async fn flush(&self) -> Result<(), StorageError> {
         let inner = &*self.inner;
         let target = inner.state.borrow().queue.ops_enqueued;
-        self.wait_for_writes(|state| state.queue.ops_done >= target)
-            .await;
+        // A seal leaves the queue as it starts: wait for it to end too.
+        self.wait_for_writes(|state| {
+            state.queue.ops_done >= target && state.queue.sealing.is_none()
+        })
+        .await;
         inner.state.borrow().check_done(&inner.dir, target)
     }
 
@@ -643,7 +648,9 @@ impl Log {
             .progress
             .wait_until(|| {
                 let state = inner.state.borrow();
-                state.queue.writes_in_flight == 0 && !state.sync_in_flight
+                state.queue.writes_in_flight == 0
+                    && state.queue.sealing.is_none()
+                    && !state.sync_in_flight
             })
             .await;
         // A leader-epoch checkpoint write in flight ends before the directory goes; later

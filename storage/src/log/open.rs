@@ -194,8 +194,10 @@ pub(super) fn remove_file_if_present(path: &Path) -> Result<(), StorageError> {
 /// segment is re-scanned unless the clean-shutdown checkpoint vouches for it; a segment whose
 /// scan ends early (torn tail) is truncated and every later segment removed, since nothing in
 /// them can have been synced (a sync covers all earlier segments too). Index files of an
-/// inactive segment can be trusted because the writer seals a segment (`.log` fdatasynced,
-/// then indexes written) before it creates the next segment's file.
+/// inactive segment can be trusted because the writer's seal writes them only once the
+/// `.log` is cut to its size and fdatasynced and the leader-epoch checkpoint holds the
+/// segment's epochs; a segment whose seal a crash interrupted (the next one's writes go on
+/// beside it) lacks them, and is rebuilt here.
 async fn open_segments(
     dir: &Path,
     config: &LogConfig,
@@ -255,8 +257,10 @@ async fn open_segments(
             if !is_active {
                 // Only missing offsets count: cutting direct-mode zero padding loses nothing.
                 // A segment that ends in valid batches is whole even if its last offsets are
-                // missing: the cleaner removed them (a sealed segment was synced whole
-                // before its successor's file existed, so no crash cuts one at a batch end).
+                // missing: the cleaner removed them. A crash cannot cut one at a batch end:
+                // a lost tail reads as zeros inside the file's length (files are allocated
+                // ahead of their writes), and only the seal shortens a file, after its
+                // fdatasync.
                 torn = segment.next_offset != bases[slot + 1] && outcome.valid_bytes < file_bytes;
                 if !torn {
                     segment.next_offset = bases[slot + 1];

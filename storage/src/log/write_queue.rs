@@ -9,10 +9,12 @@
 //! retires from the front only); a chunk holds bytes of one segment, contiguous, and in
 //! direct mode starts on a block boundary (re-copying the partial block before it, bytes
 //! already written once); writes in flight never share a block (a second one is only a
-//! direct chunk starting on a fresh block of a segment whose file exists), a seal is alone
-//! in flight, and at most `WRITES_IN_FLIGHT_MAX` writes are in flight per log and, beyond
-//! each log's first, per shard; `pending_bytes` counts the appended bytes of the chunks not
-//! yet retired (head bytes copied from an earlier chunk excepted).
+//! direct chunk starting on a fresh block of a segment whose file exists), and at most
+//! `WRITES_IN_FLIGHT_MAX` writes are in flight per log and, beyond each log's first, per
+//! shard; a seal starts only once every op before it retired, leaves the queue as it starts
+//! (so `ops_done` passes it then, and later segments' writes go on beside it), and one seal
+//! at a time is in flight (`sealing`); `pending_bytes` counts the appended bytes of the chunks
+//! not yet retired (head bytes copied from an earlier chunk excepted).
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -180,8 +182,11 @@ pub(super) struct WriteQueue {
     pub(super) ops_done: u64,
     /// Every op up to this sequence number was done before an fdatasync that completed began.
     pub(super) ops_synced: u64,
-    /// Ops taken by the writer and not yet complete (a seal is always alone).
+    /// Data writes taken by the writer and not yet complete.
     pub(super) writes_in_flight: usize,
+    /// The segment whose seal is in flight: out of the queue already, beside the writes of
+    /// later segments (an fdatasync and small files that would otherwise hold them back).
+    pub(super) sealing: Option<i64>,
     /// Appended bytes not yet written.
     pub(super) pending_bytes: usize,
     next_chunk_bytes: usize,
@@ -195,6 +200,7 @@ impl WriteQueue {
             ops_done: 0,
             ops_synced: 0,
             writes_in_flight: 0,
+            sealing: None,
             pending_bytes: 0,
             next_chunk_bytes: CHUNK_BYTES_MIN,
         }
@@ -203,7 +209,8 @@ impl WriteQueue {
     /// The queue index of the op the writer may start now: the first one not taken yet, if
     /// nothing is in flight; with writes in flight, only a direct chunk that starts on a fresh
     /// block of a segment whose file exists (so it shares no block with an earlier write and
-    /// needs no file created), and never a seal.
+    /// needs no file created). A seal only from the front (every op before it retired) and
+    /// while no other seal is in flight.
     pub(super) fn next_job(&self, has_file: impl Fn(i64) -> bool) -> Option<usize> {
         let index = self.ops.iter().position(|op| match op {
             WriteOp::Data(chunk) => {
@@ -211,6 +218,9 @@ impl WriteQueue {
             }
             WriteOp::Seal { .. } => true,
         })?;
+        if let WriteOp::Seal { .. } = self.ops[index] {
+            return (index == 0 && self.sealing.is_none()).then_some(0);
+        }
         if self.writes_in_flight == 0 {
             return Some(index);
         }
@@ -404,24 +414,30 @@ impl WriteQueue {
         out.copy_from_slice(tail);
     }
 
-    /// Takes the next op the writer may start (see `next_job`).
+    /// Takes the next op the writer may start (see `next_job`). A seal leaves the queue here:
+    /// everything before it is done, and nothing after it waits for it.
     pub(super) fn take_job(&mut self, has_file: impl Fn(i64) -> bool) -> Option<Job> {
         let index = self.next_job(has_file)?;
-        self.writes_in_flight += 1;
-        shard_writes::started();
-        let front = &mut self.ops[index];
-        let job = match front {
-            WriteOp::Seal {
+        if let WriteOp::Seal { .. } = self.ops[index] {
+            let Some(WriteOp::Seal {
+                segment_base_offset,
+                op_seq,
+                snapshot,
+            }) = self.ops.pop_front()
+            else {
+                unreachable!("next_job takes a seal only from the front")
+            };
+            self.ops_done = op_seq;
+            self.sealing = Some(segment_base_offset);
+            return Some(Job::Seal {
                 segment_base_offset,
                 snapshot,
-                ..
-            } => Job::Seal {
-                segment_base_offset: *segment_base_offset,
-                snapshot: Snapshot {
-                    offset: snapshot.offset,
-                    bytes: std::mem::take(&mut snapshot.bytes),
-                },
-            },
+            });
+        }
+        self.writes_in_flight += 1;
+        shard_writes::started();
+        let job = match &mut self.ops[index] {
+            WriteOp::Seal { .. } => unreachable!("a seal was taken above"),
             WriteOp::Data(chunk) => {
                 let info = ChunkInfo {
                     op_seq: chunk.op_seq,
@@ -503,11 +519,13 @@ impl WriteQueue {
         )
     }
 
-    /// Some queued op (data or seal) is about the segment.
+    /// Some queued op (data or seal), or the seal in flight, is about the segment.
     pub(super) fn holds_segment(&self, segment_base_offset: i64) -> bool {
-        self.ops
-            .iter()
-            .any(|op| op.segment_base_offset() == segment_base_offset)
+        self.sealing == Some(segment_base_offset)
+            || self
+                .ops
+                .iter()
+                .any(|op| op.segment_base_offset() == segment_base_offset)
     }
 
     /// An fdatasync that began once the first `covered` ops were done has completed.
@@ -534,19 +552,11 @@ impl WriteQueue {
         tail.batches_end_offset = next_offset;
     }
 
-    /// The seal at the front of the queue completed; returns its segment's base offset.
-    pub(super) fn complete_seal(&mut self) -> i64 {
-        let Some(WriteOp::Seal {
-            segment_base_offset,
-            op_seq,
-            ..
-        }) = self.ops.pop_front()
-        else {
-            unreachable!("the completed op is the front seal op")
-        };
-        self.ops_done = op_seq;
-        self.end_write();
-        segment_base_offset
+    /// The seal in flight completed or failed; returns its segment's base offset.
+    pub(super) fn end_seal(&mut self) -> i64 {
+        self.sealing
+            .take()
+            .expect("a seal ends only while one is in flight")
     }
 
     /// Copies `[from, to)` of a segment's queued (not yet written) bytes into `out`.

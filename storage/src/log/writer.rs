@@ -20,6 +20,14 @@ use crate::io::{align_up, sync_dir, SegmentFile};
 use crate::recovery::write_indexes;
 use crate::segment::{segment_path, LOG_SUFFIX};
 
+#[cfg(test)]
+thread_local! {
+    /// When set, a seal waits for a permit once its `.log` is durable and the epochs are
+    /// checkpointed, before it writes the indexes.
+    pub(crate) static PAUSE_SEAL: std::cell::RefCell<Option<Rc<glommio::sync::Semaphore>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Segment files grow in allocated steps of this size (see `SegmentFile::allocate_to`).
 pub(super) const ALLOCATION_STEP_BYTES: u64 = 32 << 20;
 
@@ -98,9 +106,15 @@ impl Inner {
     /// Runs an op the writer took. Its place in flight is given back whether it succeeds
     /// (by `complete_*`) or fails (here).
     async fn run_job(&self, job: Job) -> Result<(), StorageError> {
+        let seal = matches!(job, Job::Seal { .. });
         let result = self.write_job(job).await;
         if result.is_err() {
-            self.state.borrow_mut().queue.end_write();
+            let mut state = self.state.borrow_mut();
+            if seal {
+                state.queue.end_seal();
+            } else {
+                state.queue.end_write();
+            }
         }
         result
     }
@@ -152,9 +166,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Makes a segment's files final: `.log` without padding and durable, indexes written,
-    /// then the producer-state snapshot as of the segment's end (everything it describes is
-    /// durable by then).
+    /// Makes a segment's files final: `.log` without padding and durable, the leader-epoch
+    /// checkpoint, indexes written, then the producer-state snapshot as of the segment's end
+    /// (everything it describes is durable by then). Runs beside the next segment's writes,
+    /// so a crash may find that segment with a file while this one is unsealed; recovery then
+    /// rebuilds this one from its `.log` (its indexes are missing), epochs included, and
+    /// trusts its indexes only once they exist, which is after the checkpoint holds its
+    /// epochs.
     async fn seal_segment(
         &self,
         segment_base_offset: i64,
@@ -176,6 +194,12 @@ impl Inner {
         // Direct mode pads the last block, and a reused spare holds older bytes past the end.
         file.truncate(size_bytes).await?;
         file.fdatasync().await?;
+        // Before the indexes: recovery scans for epochs only the segments it rebuilds.
+        self.persist_epochs().await?;
+        #[cfg(test)]
+        if let Some(pause) = PAUSE_SEAL.with_borrow(Clone::clone) {
+            pause.acquire(1).await.expect("pause");
+        }
         write_indexes(
             &self.dir,
             segment_base_offset,
@@ -183,9 +207,6 @@ impl Inner {
             time_index_bytes,
         )
         .await?;
-        // Before the next segment gets a file: after a crash, only the active segment can
-        // hold epochs the checkpoint lacks (recovery scans it).
-        self.persist_epochs().await?;
         self.write_snapshot(snapshot).await
     }
 }

@@ -108,7 +108,7 @@ impl Harness {
                 self.retire();
             }
             Job::Seal { .. } => {
-                let base = self.queue.complete_seal();
+                let base = self.queue.end_seal();
                 let slot = self.slot(base);
                 self.segments[slot].tail_block = Vec::new();
             }
@@ -161,13 +161,26 @@ impl Harness {
         let queue = &self.queue;
         assert!(queue.ops_synced <= queue.ops_done && queue.ops_done <= queue.ops_enqueued);
         assert!(queue.writes_in_flight <= WRITES_IN_FLIGHT_MAX);
-        assert_eq!(queue.writes_in_flight, self.in_flight.len());
-        if self
+        let seals: Vec<i64> = self
             .in_flight
             .iter()
-            .any(|job| matches!(job, Job::Seal { .. }))
-        {
-            assert_eq!(self.in_flight.len(), 1, "a seal is alone in flight");
+            .filter_map(|job| match job {
+                Job::Seal {
+                    segment_base_offset,
+                    ..
+                } => Some(*segment_base_offset),
+                _ => None,
+            })
+            .collect();
+        assert!(seals.len() <= 1, "one seal at a time: {seals:?}");
+        assert_eq!(queue.sealing, seals.first().copied());
+        assert_eq!(queue.writes_in_flight, self.in_flight.len() - seals.len());
+        if let Some(&sealing) = seals.first() {
+            // Its segment's bytes are all written: no write of it is queued or in flight.
+            assert!(
+                !queue.holds_data_of(sealing),
+                "data of a segment being sealed"
+            );
         }
         // Writes in flight never share a block.
         let mut blocks: Vec<(i64, u64, u64)> = self
@@ -296,23 +309,31 @@ fn buffered_mode_keeps_one_write_in_flight() {
 }
 
 #[test]
-fn a_seal_waits_for_the_writes_before_it_and_goes_out_alone() {
+fn a_seal_waits_for_the_writes_before_it_and_the_next_segment_does_not_wait_for_it() {
     let mut h = Harness::new(IoMode::Direct);
     h.append(&bytes(300, 1));
     h.roll(10);
     h.append(&bytes(2 * BLOCK_BYTES, 2));
+    h.roll(20);
+    h.append(&bytes(100, 3));
     assert!(h.take());
     assert!(!h.take(), "the seal waits for the write in flight");
     h.complete(0);
+    assert_eq!(h.queue.ops_done, 1);
     assert!(h.take(), "the seal");
     assert!(matches!(h.in_flight[0], Job::Seal { .. }));
+    assert_eq!(h.queue.ops_done, 2, "done with the queue as it starts");
     assert!(h.queue.holds_segment(0));
-    assert!(!h.take(), "nothing beside a seal");
+    assert!(h.take(), "the next segment's write beside the seal");
+    h.check_invariants();
+    h.complete(1);
+    assert_eq!(h.queue.ops_done, 3, "retired while the seal is in flight");
+    assert!(!h.take(), "one seal at a time");
     h.complete(0);
     assert!(!h.queue.holds_segment(0));
-    assert_eq!(h.queue.ops_done, 2);
+    assert!(h.take(), "the second seal once the first ended");
     h.drain();
-    assert_eq!(h.queue.ops_done, 3);
+    assert_eq!(h.queue.ops_done, 5);
     h.check_disk();
 }
 
