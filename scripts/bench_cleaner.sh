@@ -33,7 +33,8 @@
 # --write-only, 64 KiB O_DIRECT writes from CPU 0, acks=1's bound).
 #
 # Environment: CLEANER_IO (log.cleaner.io.max.bytes.per.second of the busy runs, bytes a
-# second for the node; default: Kafka's, no limit), KEYS (default 1000), SEGMENT_BYTES (default 16777216), DURATION (default 10s),
+# second for the node; default: Kafka's, no limit), NODE_SETTINGS (more node settings for
+# every run, space-separated key=value), KEYS (default 1000), SEGMENT_BYTES (default 16777216), DURATION (default 10s),
 # ACKS (default 1), OUT (default target/bench-reports/cleaner-<UTC time>: every run's JSON
 # summary and node log), PORT (default 19093), RINGLOG_BIN and BENCH_BIN (default: release
 # builds, built if missing).
@@ -47,6 +48,8 @@ duration=${DURATION:-10s}
 acks=${ACKS:-1}
 cleaner_io=${CLEANER_IO:-1.7976931348623157E308}
 port=${PORT:-19093}
+node_settings=
+for setting in ${NODE_SETTINGS:-}; do node_settings+=" --set $setting"; done
 quiet_busy_percent=${QUIET_BUSY_PERCENT:-10}
 target=${CARGO_TARGET_DIR:-$PWD/target}
 out=${OUT:-$target/bench-reports/cleaner-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -108,7 +111,7 @@ run() { # name cleaner(true|false) bench-arguments...
     taskset -c 0 "$ringlog" serve --cores 1 --set "log.dirs=$dir" \
         --set "listeners=PLAINTEXT://127.0.0.1:$port" \
         --set log.cleaner.backoff.ms=100 --set "log.cleaner.enable=$cleaner" \
-        --set "log.cleaner.io.max.bytes.per.second=$cleaner_io" \
+        --set "log.cleaner.io.max.bytes.per.second=$cleaner_io" $node_settings \
         >"$out/$name.log" 2>&1 &
     node=$!
     for _ in $(seq 300); do
@@ -117,7 +120,8 @@ run() { # name cleaner(true|false) bench-arguments...
     done
     taskset -c 1 "$bench" produce --bootstrap-server "127.0.0.1:$port" --topic compacted \
         --topic-config cleanup.policy=compact --topic-config "segment.bytes=$segment_bytes" \
-        --keys "$keys" --acks "$acks" --warmup 2s --duration "$duration" --json "$@" \
+        --keys "$keys" --acks "$acks" --warmup 2s --duration "$duration" --broker-pid "$node" \
+        --json "$@" \
         >"$out/$name.json"
     # SIGTERM: a background job of a script ignores SIGINT.
     kill -TERM "$node"
@@ -163,6 +167,8 @@ if command == "line":
     line = (f"{case:<5} others {others:>2} %  {r['msgs_per_s'] / 1e6:6.3f} M msgs/s ({r['wire_mb_per_s']:5.0f} MB/s)  "
             f"p50 {l['p50_ms']:6.3f}  p99 {l['p99_ms']:6.3f}  p99.9 {l['p999_ms']:6.3f} ms  "
             f"errors {sum(r['errors'].values())}")
+    if r.get('broker_cpu_s_per_million') is not None:
+        line += f"  node CPU {r['broker_cpu_s_per_million']:.3f} s per M msgs"
     c = cleaner(out, name)
     if c:
         line += (f"  cleaner: {c[0]} rounds, {c[1]:.0f} MB read, {c[2]:.0f} MB/s while "
