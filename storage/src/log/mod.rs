@@ -15,11 +15,12 @@
 //! ```
 //!
 //! Invariants: offsets are dense and increasing across segments; `ops_synced <= ops_done <=
-//! ops_enqueued`, and `ops_done` moves past an op only once every op before it is done too;
-//! writes in flight never share a block, a seal is alone in flight, and at most
-//! `WRITES_IN_FLIGHT_MAX` writes and one fdatasync are in flight; no `RefCell` borrow is
-//! held across an `.await`; after a failed write or fdatasync `failed` is set and never cleared
-//! (appends, flushes and syncs then fail with `StorageError::Failed`).
+//! ops_enqueued`, and `ops_done` moves past an op only once every op before it is done too
+//! (a seal leaves the queue, done for this count, as it starts); writes in flight never share
+//! a block, one seal at a time is in flight (beside later segments' writes), and at most
+//! `WRITES_IN_FLIGHT_MAX` writes and one group-commit fdatasync round are in flight; no
+//! `RefCell` borrow is held across an `.await`; after a failed write or fdatasync `failed` is
+//! set and never cleared (appends, flushes and syncs then fail with `StorageError::Failed`).
 //!
 //! Modules, each owning one job:
 //! ```text
