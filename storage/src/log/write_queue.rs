@@ -436,36 +436,34 @@ impl WriteQueue {
         }
         self.writes_in_flight += 1;
         shard_writes::started();
-        let job = match &mut self.ops[index] {
-            WriteOp::Seal { .. } => unreachable!("a seal was taken above"),
-            WriteOp::Data(chunk) => {
-                let info = ChunkInfo {
-                    op_seq: chunk.op_seq,
-                    segment_base_offset: chunk.segment_base_offset,
-                    position: chunk.position,
-                    len: chunk.len,
-                    capacity_bytes: chunk.capacity_bytes,
-                };
-                if chunk.len * 4 < chunk.capacity_bytes {
-                    // Appends are not outrunning the disk: shrink future chunks.
-                    self.next_chunk_bytes = (self.next_chunk_bytes / 2).max(CHUNK_BYTES_MIN);
-                }
-                match std::mem::replace(&mut chunk.buf, ChunkBuf::InFlightHeap) {
-                    ChunkBuf::Dma(mut buf) => {
-                        // O_DIRECT writes whole blocks: the padding past the data is zeros,
-                        // which recovery reads as the end of the segment.
-                        let written_bytes = align_up(chunk.len as u64) as usize;
-                        buf.as_bytes_mut()[chunk.len..written_bytes].fill(0);
-                        buf.trim_to_size(written_bytes);
-                        let buf = Rc::new(buf);
-                        chunk.buf = ChunkBuf::InFlightDma(buf.clone());
-                        Job::Direct { chunk: info, buf }
-                    }
-                    ChunkBuf::Heap(buf) => Job::Buffered { chunk: info, buf },
-                    ChunkBuf::InFlightDma(_) | ChunkBuf::InFlightHeap => {
-                        unreachable!("next_job never picks a chunk in flight")
-                    }
-                }
+        let WriteOp::Data(chunk) = &mut self.ops[index] else {
+            unreachable!("a seal was taken above")
+        };
+        let info = ChunkInfo {
+            op_seq: chunk.op_seq,
+            segment_base_offset: chunk.segment_base_offset,
+            position: chunk.position,
+            len: chunk.len,
+            capacity_bytes: chunk.capacity_bytes,
+        };
+        if chunk.len * 4 < chunk.capacity_bytes {
+            // Appends are not outrunning the disk: shrink future chunks.
+            self.next_chunk_bytes = (self.next_chunk_bytes / 2).max(CHUNK_BYTES_MIN);
+        }
+        let job = match std::mem::replace(&mut chunk.buf, ChunkBuf::InFlightHeap) {
+            ChunkBuf::Dma(mut buf) => {
+                // O_DIRECT writes whole blocks: the padding past the data is zeros,
+                // which recovery reads as the end of the segment.
+                let written_bytes = align_up(chunk.len as u64) as usize;
+                buf.as_bytes_mut()[chunk.len..written_bytes].fill(0);
+                buf.trim_to_size(written_bytes);
+                let buf = Rc::new(buf);
+                chunk.buf = ChunkBuf::InFlightDma(buf.clone());
+                Job::Direct { chunk: info, buf }
+            }
+            ChunkBuf::Heap(buf) => Job::Buffered { chunk: info, buf },
+            ChunkBuf::InFlightDma(_) | ChunkBuf::InFlightHeap => {
+                unreachable!("next_job never picks a chunk in flight")
             }
         };
         Some(job)
