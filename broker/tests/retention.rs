@@ -95,11 +95,12 @@ fn retention_bytes_deletes_old_segments_of_delete_topics_only() {
     }
 
     // Passes that ran while the batches were still arriving deleted less: wait for the pass
-    // that sees them all (every 100 ms).
+    // that sees them all (every 100 ms), and for its files to go (the log start moves first).
     let deadline = Instant::now() + Duration::from_secs(20);
     let start = loop {
         let start = earliest_offset(&mut client, "aging");
-        if start >= 21 || Instant::now() > deadline {
+        let removed = segment_files(&node, "aging") <= 3;
+        if (start >= 21 && removed) || Instant::now() > deadline {
             break start;
         }
         std::thread::sleep(Duration::from_millis(50));

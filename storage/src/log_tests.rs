@@ -1833,6 +1833,31 @@ fn producer_state_is_rebuilt_after_a_crash_from_a_snapshot_and_the_log() {
 }
 
 #[test]
+fn an_open_removes_the_snapshots_a_crash_left_beyond_those_kept() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = small_segments(IoMode::Buffered, 2);
+        let log = producers_over_three_segments(dir.path(), config).await;
+        let oldest = dir.path().join("00000000000000000004.snapshot");
+        let saved = std::fs::read(&oldest).expect("read");
+        log.close().await.expect("close");
+        assert!(!oldest.exists(), "the close's snapshot trimmed the oldest");
+        // A crash between a snapshot's write and its trim leaves one more than kept.
+        std::fs::write(&oldest, saved).expect("restore");
+        let log = open(dir.path(), config).await;
+        assert_eq!(
+            files_with(dir.path(), SNAPSHOT_SUFFIX),
+            vec![
+                "00000000000000000008.snapshot",
+                "00000000000000000010.snapshot"
+            ]
+        );
+        check_producers_a_and_b(&log);
+        log.close().await.expect("close");
+    });
+}
+
+#[test]
 fn a_damaged_snapshot_gives_way_to_an_older_one_and_the_log() {
     run(move || async move {
         let dir = tempfile::tempdir().expect("tempdir");

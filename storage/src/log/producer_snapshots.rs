@@ -4,8 +4,9 @@
 //!
 //! Invariants: a snapshot named N describes exactly the batches below N; one above the log end
 //! (a crash took its batches back) or damaged is removed, never loaded; at most
-//! `SNAPSHOTS_KEPT` are on disk after a write; replayed batches are recorded without checks
-//! (they were checked when appended).
+//! `SNAPSHOTS_KEPT` are on disk after a write or an open (a crash between a write and its trim
+//! leaves one more); replayed batches are recorded without checks (they were checked when
+//! appended).
 
 use super::open::remove_file_if_present;
 use super::write_queue::Snapshot;
@@ -49,7 +50,8 @@ impl Inner {
 impl Log {
     /// Rebuilds the producer state: the newest valid snapshot at or below the log end (one
     /// above it describes batches a crash took back, and is removed), then every batch after
-    /// it, replayed without checks. Producers rebuilt from batches count as active at `now_ms`
+    /// it, replayed without checks. Of the older snapshots, all but the newest
+    /// `SNAPSHOTS_KEPT - 1` are removed. Producers rebuilt from batches count as active at `now_ms`
     /// (the log keeps no append times), those from the snapshot keep their times.
     pub(super) async fn load_producers(
         &self,
@@ -66,7 +68,13 @@ impl Log {
         for &offset in offsets.iter().rev() {
             let path = segment_path(&inner.dir, offset, SNAPSHOT_SUFFIX);
             if loaded.is_some() {
-                kept.push(offset);
+                // Older ones than the loaded snapshot's fallback were left by a crash between
+                // a snapshot's write and its trim.
+                if kept.len() < SNAPSHOTS_KEPT {
+                    kept.push(offset);
+                } else {
+                    remove_file_if_present(&path)?;
+                }
                 continue;
             }
             let bytes_max = ProducerSnapshot::bytes_max(SNAPSHOT_PRODUCERS_MAX);
