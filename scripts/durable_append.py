@@ -12,6 +12,12 @@ Run it pinned to the CPU the node runs on, beside `ringlog-bench produce --acks 
     taskset -c 0 scripts/durable_append.py /work/data --written   # into written blocks (spares)
     taskset -c 0 scripts/durable_append.py /work/data --dsync     # RWF_DSYNC instead of fdatasync
     taskset -c 0 scripts/durable_append.py /work/data --write-only --block 1048576  # acks=1's bound
+
+With --rate the appends are paced at that many bytes a second (open loop, as
+`ringlog-bench produce --rate` paces the node), so the percentiles are those of one write
+while the disk carries the node's load: the bound for acks=1's p99 at that rate.
+
+    taskset -c 0 scripts/durable_append.py /work/data --write-only --rate 250000000 --count 30000
 """
 
 import argparse
@@ -35,6 +41,8 @@ def main():
                         help="one pwritev2(RWF_DSYNC) per append instead of pwrite + fdatasync")
     parser.add_argument("--write-only", action="store_true",
                         help="the O_DIRECT write alone, no fdatasync (acks=1's bound)")
+    parser.add_argument("--rate", type=float, default=0,
+                        help="bytes per second to pace the appends at (default: back to back)")
     args = parser.parse_args()
     if args.block % 4096:
         parser.error("--block must be a multiple of 4096 (O_DIRECT)")
@@ -52,8 +60,13 @@ def main():
         buf = mmap.mmap(-1, args.block)
         buf.write(b"x" * args.block)
         took = []
+        interval_ns = int(args.block * 1e9 / args.rate) if args.rate > 0 else 0
+        began = time.perf_counter_ns()
         for i in range(args.count):
             offset = i * args.block
+            ahead_ns = began + i * interval_ns - time.perf_counter_ns()
+            if ahead_ns > 0:
+                time.sleep(ahead_ns / 1e9)
             start = time.perf_counter_ns()
             if args.dsync:
                 os.pwritev(fd, [buf], offset, os.RWF_DSYNC)
@@ -70,7 +83,8 @@ def main():
     kind = ("RWF_DSYNC write" if args.dsync else "O_DIRECT write" if args.write_only
             else "write + fdatasync")
     blocks = "written" if args.written else "new"
-    print(f"{kind}, {args.block} B into {blocks} blocks, {args.count} times: "
+    paced = f" at {args.rate / 1e6:.0f} MB/s" if args.rate > 0 else ""
+    print(f"{kind}, {args.block} B into {blocks} blocks{paced}, {args.count} times: "
           f"p50 {percentile(took, 0.5):.0f} us, p90 {percentile(took, 0.9):.0f} us, "
           f"p99 {percentile(took, 0.99):.0f} us, max {took[-1] / 1000:.0f} us")
 
