@@ -68,8 +68,11 @@ pub(crate) const CLEANED_SUFFIX: &str = "cleaned";
 pub(crate) const SWAP_SUFFIX: &str = "swap";
 /// A file of a segment merged into the one before it, about to be unlinked.
 pub(crate) const DELETED_SUFFIX: &str = "deleted";
-/// Reads of a segment being cleaned, and writes of its cleaned copy, in pieces of this size.
+/// Writes of a cleaned copy, in pieces of this size.
 const CLEAN_IO_BYTES: usize = 1 << 20;
+/// Reads of a segment being cleaned, in pieces of this size: a write the disk queues behind
+/// a read waits for all of it.
+const CLEAN_READ_BYTES: usize = 128 << 10;
 
 /// How a round of cleaning runs (Kafka's names in the comments).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -414,7 +417,7 @@ impl Log {
         let mut covered = first_dirty;
         for candidate in candidates.iter().filter(|c| c.end_offset > first_dirty) {
             let base = candidate.base_offset;
-            let mut reader = SegmentReader::background(CLEAN_IO_BYTES);
+            let mut reader = SegmentReader::background(CLEAN_READ_BYTES);
             let mut position = 0;
             while let Some(header) = reader.header_at(inner, base, position).await? {
                 let total_bytes = header.total_bytes();
@@ -471,7 +474,7 @@ impl Log {
                 .saturating_add(round.policy.delete_retention_ms);
             let retain_deletes = round.now_ms < deletes_due_ms;
             let mut tombstone_kept = false;
-            let mut reader = SegmentReader::background(CLEAN_IO_BYTES);
+            let mut reader = SegmentReader::background(CLEAN_READ_BYTES);
             let mut position = 0u64;
             let member_base = member.base_offset;
             while let Some(header) = reader.header_at(inner, member_base, position).await? {
