@@ -3,9 +3,9 @@
 //!
 //! Produce's writes are what acks=1 and acks=all wait for; a cleaner read issued beside them
 //! sits in the same disk queue and delays them by all of its length (which is why the
-//! cleaner reads in pieces of 128 KiB). So a cleaner read waits until the shard has no write
-//! in flight, for at most `YIELD_MAX`: a shard that writes without pause still cleans, at
-//! one window per `YIELD_MAX` at least.
+//! cleaner reads in small pieces, `CLEAN_READ_BYTES` in `compaction.rs`). So a cleaner read
+//! waits until the shard has no write in flight, for at most `YIELD_MAX`: a shard that
+//! writes without pause still cleans, at one window per `YIELD_MAX` at least.
 //!
 //! Invariants: `started` and `finished` pair up (the count never goes below zero); every
 //! waiter registered while writes were in flight is woken when the count reaches zero;
