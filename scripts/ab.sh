@@ -11,7 +11,7 @@
 #   scripts/ab.sh /tmp/ringlog-before target/release/ringlog /tmp/ab 3 -- --acks 1 --rate 5000000
 # AB_OLD_SET and AB_NEW_SET add node settings (space-separated key=value) to one side, so one
 # binary can be compared with itself under two settings:
-#   AB_OLD_SET=log.io.zero.ahead.bytes=0 scripts/ab.sh B B /tmp/ab 3 -- --acks 1
+#   AB_OLD_SET=log.io.mode=buffered scripts/ab.sh B B /tmp/ab 3 -- --acks 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 5 ] && [ "$5" = "--" ] || { sed -n '2,15p' "$0"; exit 2; }
