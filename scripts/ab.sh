@@ -40,8 +40,8 @@ run() { # label binary index bench-arguments...
         grep -q 'listening' "$dir.log" && { sleep 0.5; break; }
         sleep 0.1
     done
-    taskset -c 1 "$bench" produce --bootstrap-server "127.0.0.1:$port" --topic ab --json "$@" \
-        >"$out/$label-$index.json"
+    taskset -c 1 "$bench" produce --bootstrap-server "127.0.0.1:$port" --topic ab --json \
+        --broker-pid "$node" "$@" >"$out/$label-$index.json"
     # SIGTERM: a background job of a script ignores SIGINT.
     kill -TERM "$node"
     wait "$node" || true
@@ -54,7 +54,7 @@ import json, sys
 r = json.load(open(sys.argv[1])); l = r["latency"]
 print(f"{sys.argv[2]:>4} {r['msgs_per_s'] / 1e6:6.2f} M msgs/s  p50 {l['p50_ms']:.3f}  "
       f"p99 {l['p99_ms']:.3f}  p99.9 {l['p999_ms']:.3f}  max {l['max_ms']:.2f} ms  "
-      f"errors {sum(r['errors'].values())}")
+      f"node {r['broker_cpu_s_per_million'] or 0:.3f} CPU-s/M  errors {sum(r['errors'].values())}")
 PY
 }
 

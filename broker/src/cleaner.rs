@@ -1,7 +1,8 @@
 //! Log compaction on each shard (Kafka's log cleaner): every `log.cleaner.backoff.ms`, the
 //! shard cleans those of its partitions whose topic's `cleanup.policy` includes `compact`
 //! and whose log is dirty enough (see `storage::Log::clean`), up to `log.cleaner.threads`
-//! of them at once. It runs on a task queue of its own with a small share, so produce and
+//! of them at once. It runs on a task queue of its own with a small share and hands the CPU
+//! back every quarter millisecond of its own work (storage's `CpuSlice`), so produce and
 //! fetch keep the shard when they need it, within the shard's share of
 //! `log.cleaner.io.max.bytes.per.second`, and its reads wait for a pause in the shard's log
 //! writes (for at most a few milliseconds), so they do not queue ahead of produce's.

@@ -58,6 +58,7 @@ pub mod batch;
 mod cache;
 mod checkpoint;
 mod compact;
+mod cpu_slice;
 mod error;
 mod index;
 mod io;

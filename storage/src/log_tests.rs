@@ -40,7 +40,7 @@ fn wall_clock_ms() -> i64 {
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
-fn run<F: Future<Output = ()> + 'static>(test: impl FnOnce() -> F + Send + 'static) {
+pub(crate) fn run<F: Future<Output = ()> + 'static>(test: impl FnOnce() -> F + Send + 'static) {
     glommio::LocalExecutorBuilder::default()
         .io_memory(1 << 20)
         .make()

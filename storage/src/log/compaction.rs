@@ -17,9 +17,9 @@
 //! ```text
 //!  <base>.log.cleaned  <base>.index.cleaned  <base>.timeindex.cleaned   written, fdatasynced
 //!  → <base>.index.swap, <base>.timeindex.swap, then <base>.log.swap      (the commit point)
-//!  → <base>.log and the group's later segments' files renamed to `.deleted`
-//!    (`<later>.log.deleted`, its indexes, `<base>.log.deleted`)
-//!  → the .swap files renamed over <base>.index, <base>.timeindex, then to <base>.log;
+//!  → every file of the group's segments renamed to `.deleted` (`<base>.log.deleted`,
+//!    `<base>.index.deleted`, `<later>.log.deleted`, ...), so that no rename replaces a file
+//!  → the .swap files renamed to <base>.index, <base>.timeindex, then to <base>.log;
 //!    the directory fsynced; on the blocking thread, the `.log.deleted` files renamed to
 //!    spares while the log has room for them (`spares.rs`), the other `.deleted` unlinked
 //! ```
@@ -54,6 +54,7 @@ use super::{Inner, Log, State};
 use crate::batch::BatchHeader;
 use crate::checkpoint::{encode_lines, parse_lines, read_text, write_atomically};
 use crate::compact::{filter_batch, for_each_record, Filtered, OffsetMap};
+use crate::cpu_slice::CpuSlice;
 use crate::error::StorageError;
 use crate::io::{sync_dir, write_small_file, IoMode, SegmentFile};
 use crate::io_throttle::IoThrottle;
@@ -333,12 +334,13 @@ impl Log {
         };
         let _cleaning = Cleaning(inner);
         let mut map = OffsetMap::new(policy.dedupe_buffer_bytes);
+        let slice = CpuSlice::new();
         let mut stats = CleanStats {
             first_dirty_offset: first_dirty,
             ..CleanStats::default()
         };
         let map_end = match self
-            .build_offset_map(&candidates, first_dirty, &mut map, throttle)
+            .build_offset_map(&candidates, first_dirty, &mut map, throttle, &slice)
             .await
         {
             Ok(map_end) => map_end,
@@ -355,6 +357,7 @@ impl Log {
                 map: &map,
                 truncations,
                 throttle,
+                slice: &slice,
             };
             match self.clean_group(group, &round, &mut stats).await {
                 Ok(Some(due_ms)) => tombstones_due_ms = tombstones_due_ms.min(due_ms),
@@ -412,6 +415,7 @@ impl Log {
         first_dirty: i64,
         map: &mut OffsetMap,
         throttle: &IoThrottle,
+        slice: &CpuSlice,
     ) -> Result<i64, StorageError> {
         let inner = &*self.inner;
         let mut covered = first_dirty;
@@ -437,7 +441,7 @@ impl Log {
                 position += total_bytes as u64;
                 throttle.moved(total_bytes).await;
                 // Decompressing and hashing are the cleaner's CPU: let others run between.
-                glommio::yield_if_needed().await;
+                slice.yield_if_due().await;
             }
             covered = candidate.end_offset;
         }
@@ -484,7 +488,7 @@ impl Log {
                     .await?;
                 position += total_bytes as u64;
                 round.throttle.moved(total_bytes).await;
-                glommio::yield_if_needed().await;
+                round.slice.yield_if_due().await;
                 // An idempotent producer's batch stays, empty if need be, while the producer
                 // state remembers it: a replay of the log must find it again (Kafka keeps the
                 // last batch of each producer).
@@ -551,7 +555,10 @@ impl Log {
         stats.bytes_read += group.iter().map(|c| c.size_bytes).sum::<u64>();
         if !changed {
             drop(output);
-            remove_file_if_present(&cleaned_log)?;
+            // On the blocking thread: the unlink frees the copy's blocks (`SegmentFile::truncate`).
+            glommio::executor()
+                .spawn_blocking(move || remove_file_if_present(&cleaned_log))
+                .await?;
             return Ok(due_ms);
         }
         if !pending.is_empty() {
@@ -674,17 +681,13 @@ impl Log {
         #[cfg(test)]
         stop_at(CleanStep::Swap)?;
         let mut freed = Freed::default();
-        for (i, member) in group.iter().enumerate() {
-            // The first member's indexes the swap's renames replace; its `.log` is set aside
-            // as well, which the swap's rename would otherwise unlink: every replaced `.log`
-            // may become a spare.
-            let suffixes: &[&str] = if i == 0 {
-                &[LOG_SUFFIX]
-            } else {
-                &[LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
-            };
+        for member in group {
+            // The first member's files too, which the swap's renames would otherwise replace:
+            // every replaced `.log` may become a spare, and a rename over a file frees that
+            // file's blocks on this thread, which waits for the disk to discard them on a
+            // `discard` mount (`SegmentFile::truncate`); the blocking thread unlinks the rest.
             let base_offset = member.base_offset;
-            for &suffix in suffixes {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
                 let from = segment_path(dir, base_offset, suffix);
                 let to = cleaner_path(dir, base_offset, suffix, DELETED_SUFFIX);
                 match std::fs::rename(&from, &to) {
@@ -771,6 +774,8 @@ struct Round<'a> {
     truncations: u64,
     /// log.cleaner.io.max.bytes.per.second (this log's cleaner's share): reads and writes.
     throttle: &'a IoThrottle,
+    /// The cleaner's turns on the shard's CPU.
+    slice: &'a CpuSlice,
 }
 
 /// The cleaner's state as its checkpoint in `dir` recorded it (defaults without one).

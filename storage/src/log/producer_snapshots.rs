@@ -40,10 +40,21 @@ impl Inner {
             let stale_count = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
             snapshots.drain(..stale_count).collect()
         };
-        for offset in stale {
-            remove_file_if_present(&segment_path(&self.dir, offset, SNAPSHOT_SUFFIX))?;
+        if stale.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // On the blocking thread: an unlink that frees blocks waits for the disk to discard
+        // them (see `SegmentFile::truncate`), and this runs at every roll.
+        let paths: Vec<_> = (stale.iter())
+            .map(|&offset| segment_path(&self.dir, offset, SNAPSHOT_SUFFIX))
+            .collect();
+        glommio::executor()
+            .spawn_blocking(move || {
+                paths
+                    .iter()
+                    .try_for_each(|path| remove_file_if_present(path))
+            })
+            .await
     }
 }
 

@@ -473,11 +473,19 @@ fn a_crash_after_merged_segments_were_set_aside_completes_the_swap() {
             let dir = tempfile::tempdir().expect("tempdir");
             let dir = dir.path();
             let (log, _) = stopped_clean(dir, mode, CleanStep::Deleted).await;
-            assert_eq!(
-                files_ending(dir, ".deleted").len(),
-                10,
-                "{mode:?}: the first segment's .log and three whole segments"
-            );
+            // Every file of the four segments, the first one's indexes too: the swap's
+            // renames then replace no file (which would free its blocks on the shard).
+            let deleted = files_ending(dir, ".deleted");
+            assert_eq!(deleted.len(), 12, "{mode:?}: {deleted:?}");
+            for name in [
+                "00000000000000000000.index",
+                "00000000000000000000.timeindex",
+            ] {
+                assert!(
+                    deleted.contains(&format!("{name}.deleted")),
+                    "{mode:?}: {deleted:?}"
+                );
+            }
             drop(log);
             let log = open(dir, rolling(mode)).await;
             assert!(files_ending(dir, ".deleted").is_empty(), "{mode:?}");
