@@ -47,7 +47,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use super::open::remove_file_if_present;
+use super::open::{remove_file_if_present, remove_files_off_shard};
 use super::read::SegmentReader;
 use super::spares::{keep_or_remove, remove_spares, FreedLog};
 use super::{Inner, Log, State};
@@ -555,10 +555,7 @@ impl Log {
         stats.bytes_read += group.iter().map(|c| c.size_bytes).sum::<u64>();
         if !changed {
             drop(output);
-            // On the blocking thread: the unlink frees the copy's blocks (`SegmentFile::truncate`).
-            glommio::executor()
-                .spawn_blocking(move || remove_file_if_present(&cleaned_log))
-                .await?;
+            remove_files_off_shard(vec![cleaned_log]).await?;
             return Ok(due_ms);
         }
         if !pending.is_empty() {

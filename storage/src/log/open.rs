@@ -190,6 +190,21 @@ pub(super) fn remove_file_if_present(path: &Path) -> Result<(), StorageError> {
     }
 }
 
+/// Unlinks `paths` (those present) on glommio's blocking thread: an unlink that frees blocks
+/// waits for the disk to discard them on a `discard` mount (see `SegmentFile::truncate`).
+pub(super) async fn remove_files_off_shard(paths: Vec<PathBuf>) -> Result<(), StorageError> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    glommio::executor()
+        .spawn_blocking(move || {
+            paths
+                .iter()
+                .try_for_each(|path| remove_file_if_present(path))
+        })
+        .await
+}
+
 /// Opens every segment. Indexes are trusted only when consistent with their `.log`; the active
 /// segment is re-scanned unless the clean-shutdown checkpoint vouches for it; a segment whose
 /// scan ends early (torn tail) is truncated and every later segment removed, since nothing in

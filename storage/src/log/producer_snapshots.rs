@@ -8,7 +8,7 @@
 //! leaves one more); replayed batches are recorded without checks (they were checked when
 //! appended).
 
-use super::open::remove_file_if_present;
+use super::open::{remove_file_if_present, remove_files_off_shard};
 use super::write_queue::Snapshot;
 use super::{Inner, Log};
 use crate::error::StorageError;
@@ -40,21 +40,11 @@ impl Inner {
             let stale_count = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
             snapshots.drain(..stale_count).collect()
         };
-        if stale.is_empty() {
-            return Ok(());
-        }
-        // On the blocking thread: an unlink that frees blocks waits for the disk to discard
-        // them (see `SegmentFile::truncate`), and this runs at every roll.
-        let paths: Vec<_> = (stale.iter())
-            .map(|&offset| segment_path(&self.dir, offset, SNAPSHOT_SUFFIX))
+        // Off the shard: this runs at every roll.
+        let paths = (stale.into_iter())
+            .map(|offset| segment_path(&self.dir, offset, SNAPSHOT_SUFFIX))
             .collect();
-        glommio::executor()
-            .spawn_blocking(move || {
-                paths
-                    .iter()
-                    .try_for_each(|path| remove_file_if_present(path))
-            })
-            .await
+        remove_files_off_shard(paths).await
     }
 }
 
