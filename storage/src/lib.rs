@@ -66,6 +66,7 @@ mod io_throttle;
 mod leader_epoch;
 mod log;
 mod producer_state;
+mod reaper;
 mod recovery;
 mod retention;
 mod segment;

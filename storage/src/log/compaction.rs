@@ -22,6 +22,7 @@
 //!  → the .swap files renamed to <base>.index, <base>.timeindex, then to <base>.log;
 //!    the directory fsynced; on the blocking thread, the `.log.deleted` files renamed to
 //!    spares while the log has room for them (`spares.rs`), the other `.deleted` unlinked
+//!    and freed at a pace once the round's readers are done (`crate::reaper`)
 //! ```
 //! Renames in one directory reach the disk in the order they were made (the file system's
 //! journal), so no `.deleted` file exists on disk without the commit before it.
@@ -47,9 +48,9 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use super::open::{remove_file_if_present, remove_files_off_shard};
+use super::open::remove_file_if_present;
 use super::read::SegmentReader;
-use super::spares::{keep_or_remove, remove_spares, FreedLog};
+use super::spares::{keep_or_remove, FreedLog};
 use super::{Inner, Log, State};
 use crate::batch::BatchHeader;
 use crate::checkpoint::{encode_lines, parse_lines, read_text, write_atomically};
@@ -58,6 +59,7 @@ use crate::cpu_slice::CpuSlice;
 use crate::error::StorageError;
 use crate::io::{sync_dir, write_small_file, IoMode, SegmentFile};
 use crate::io_throttle::IoThrottle;
+use crate::reaper::{self, Unlinked};
 use crate::segment::{segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 
 /// `<partition>/cleaner-offset-checkpoint`: `0 | 1 | <first dirty offset> <tombstones due ms>`
@@ -462,7 +464,7 @@ impl Log {
         let base = group[0].base_offset;
         let dir = &inner.dir;
         let cleaned_log = cleaner_path(dir, base, LOG_SUFFIX, CLEANED_SUFFIX);
-        remove_file_if_present(&cleaned_log)?;
+        reaper::delete(vec![cleaned_log.clone()], Vec::new()).await?;
         let output = SegmentFile::open(&cleaned_log, IoMode::Buffered).await?;
         let index_interval_bytes = inner.config.get().index_interval_bytes;
         let mut segment = Segment::new(base, None);
@@ -555,7 +557,7 @@ impl Log {
         stats.bytes_read += group.iter().map(|c| c.size_bytes).sum::<u64>();
         if !changed {
             drop(output);
-            remove_files_off_shard(vec![cleaned_log]).await?;
+            reaper::delete(vec![cleaned_log], Vec::new()).await?;
             return Ok(due_ms);
         }
         if !pending.is_empty() {
@@ -583,9 +585,9 @@ impl Log {
         segment.file = Some(file);
         let size_after = segment.size_bytes;
         let Some(freed) = self.swap_in(group, segment, round.truncations)? else {
-            for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
-                remove_file_if_present(&cleaner_path(dir, base, suffix, CLEANED_SUFFIX))?;
-            }
+            let cleaned = [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX]
+                .map(|suffix| cleaner_path(dir, base, suffix, CLEANED_SUFFIX));
+            reaper::delete(cleaned.into(), Vec::new()).await?;
             stats.first_dirty_offset = -1;
             return Ok(None);
         };
@@ -594,17 +596,20 @@ impl Log {
         if let Some(pause) = PAUSE_AFTER_SWAP.with_borrow(Clone::clone) {
             pause.acquire(1).await.expect("pause");
         }
-        // On the blocking thread, as in retention: freeing a large file's extents would stall
-        // the shard.
+        // Freed at a pace once the round's readers are done with them (`crate::reaper`).
         let (spare_room, blocking_dir) = (inner.spare_room(), dir.clone());
-        let spares = glommio::executor()
+        let (spares, unlinked) = glommio::executor()
             .spawn_blocking(move || {
+                let mut unlinked = Unlinked::default();
                 for path in freed.indexes {
-                    remove_file_if_present(&path)?;
+                    unlinked.unlink(&path)?;
                 }
-                keep_or_remove(&blocking_dir, freed.logs, spare_room)
+                let spares = keep_or_remove(&blocking_dir, freed.logs, spare_room, &mut unlinked)?;
+                Ok::<_, StorageError>((spares, unlinked))
             })
             .await?;
+        let readers = group.iter().map(|c| Rc::downgrade(&c.file)).collect();
+        reaper::free_paced(unlinked, readers);
         let truncated = {
             let state = inner.state.borrow();
             state.truncating || state.truncations != round.truncations
@@ -612,9 +617,7 @@ impl Log {
         if truncated {
             // A truncation began since the swap and may have moved the log end below what the
             // spares held: it unlinked the spares it found, and these must go too.
-            glommio::executor()
-                .spawn_blocking(move || remove_spares(spares))
-                .await?;
+            reaper::delete(spares, Vec::new()).await?;
         } else {
             inner.spares.borrow_mut().extend(spares);
         }

@@ -24,6 +24,7 @@ use crate::error::StorageError;
 use crate::io::{align_down, sync_dir, IoMode, SegmentFile};
 use crate::leader_epoch::LEADER_EPOCH_CHECKPOINT_FILE;
 use crate::producer_state::ProducerTable;
+use crate::reaper::Unlinked;
 use crate::recovery::{
     check_tail, load_indexes, read_clean_shutdown, scan_segment, write_indexes, CleanShutdown,
     CLEAN_SHUTDOWN_FILE,
@@ -175,9 +176,24 @@ fn list_segment_bases(dir: &Path) -> Result<DirListing, StorageError> {
     Ok((bases, spares, snapshots))
 }
 
+const SEGMENT_SUFFIXES: [&str; 3] = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX];
+
 pub(super) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError> {
-    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+    for suffix in SEGMENT_SUFFIXES {
         remove_file_if_present(&segment_path(dir, base_offset, suffix))?;
+    }
+    Ok(())
+}
+
+/// Unlinks a segment's files into `unlinked`, for the reaper to free (`crate::reaper`).
+/// Blocking.
+pub(super) fn unlink_segment_files(
+    dir: &Path,
+    base_offset: i64,
+    unlinked: &mut Unlinked,
+) -> Result<(), StorageError> {
+    for suffix in SEGMENT_SUFFIXES {
+        unlinked.unlink(&segment_path(dir, base_offset, suffix))?;
     }
     Ok(())
 }
@@ -188,21 +204,6 @@ pub(super) fn remove_file_if_present(path: &Path) -> Result<(), StorageError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StorageError::io("remove", path, e)),
     }
-}
-
-/// Unlinks `paths` (those present) on glommio's blocking thread: an unlink that frees blocks
-/// waits for the disk to discard them on a `discard` mount (see `SegmentFile::truncate`).
-pub(super) async fn remove_files_off_shard(paths: Vec<PathBuf>) -> Result<(), StorageError> {
-    if paths.is_empty() {
-        return Ok(());
-    }
-    glommio::executor()
-        .spawn_blocking(move || {
-            paths
-                .iter()
-                .try_for_each(|path| remove_file_if_present(path))
-        })
-        .await
 }
 
 /// Opens every segment. Indexes are trusted only when consistent with their `.log`; the active

@@ -8,12 +8,13 @@
 //! leaves one more); replayed batches are recorded without checks (they were checked when
 //! appended).
 
-use super::open::{remove_file_if_present, remove_files_off_shard};
+use super::open::remove_file_if_present;
 use super::write_queue::Snapshot;
 use super::{Inner, Log};
 use crate::error::StorageError;
 use crate::io::{read_small_file, sync_dir, write_small_file};
 use crate::producer_state::{ProducerSnapshot, ProducerTable};
+use crate::reaper;
 use crate::segment::{segment_path, SNAPSHOT_SUFFIX};
 
 /// Producer-state snapshots a log keeps: the newest, and one to fall back on should the
@@ -44,7 +45,7 @@ impl Inner {
         let paths = (stale.into_iter())
             .map(|offset| segment_path(&self.dir, offset, SNAPSHOT_SUFFIX))
             .collect();
-        remove_files_off_shard(paths).await
+        reaper::delete(paths, Vec::new()).await
     }
 }
 

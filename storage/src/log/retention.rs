@@ -8,10 +8,13 @@
 //! so a crash part-way leaves a shorter log, never a hole; the active segment is never
 //! deleted (when every record expired it is rolled first and its successor's file created).
 
-use super::open::remove_segment_files;
+use std::rc::Rc;
+
+use super::open::unlink_segment_files;
 use super::spares::{keep_or_remove, FreedLog};
 use super::{roll, Deleted, Inner, Log};
 use crate::error::StorageError;
+use crate::reaper::{self, Unlinked};
 use crate::retention::{expired_prefix, Retention, SegmentAge};
 use crate::segment::{segment_path, Segment, LOG_SUFFIX};
 
@@ -94,7 +97,7 @@ impl Log {
         why: &'static str,
     ) -> Result<Deleted, StorageError> {
         let inner = &*self.inner;
-        let (deleted, bases) = {
+        let (deleted, bases, readers) = {
             let mut state = inner.state.borrow_mut();
             let state = &mut *state;
             if state.truncating {
@@ -122,7 +125,11 @@ impl Log {
                 bytes: removed.iter().map(|s| s.size_bytes).sum(),
             };
             let bases: Vec<i64> = removed.iter().map(|s| s.base_offset).collect();
-            (deleted, bases)
+            let readers: Vec<_> = removed
+                .iter()
+                .filter_map(|s| s.file.as_ref().map(Rc::downgrade))
+                .collect();
+            (deleted, bases, readers)
         };
         let log_start_offset = self.log_start_offset();
         inner
@@ -137,19 +144,23 @@ impl Log {
         );
         let dir = inner.dir.clone();
         let spare_room = inner.spare_room();
-        let spares = glommio::executor()
+        let (spares, unlinked) = glommio::executor()
             .spawn_blocking(move || {
                 // Oldest first: a crash part-way leaves a shorter log, never a hole.
                 let mut spares = Vec::new();
+                let mut unlinked = Unlinked::default();
                 for base_offset in bases {
                     let path = segment_path(&dir, base_offset, LOG_SUFFIX);
                     let freed = vec![FreedLog { base_offset, path }];
-                    spares.extend(keep_or_remove(&dir, freed, spare_room - spares.len())?);
-                    remove_segment_files(&dir, base_offset)?;
+                    let room = spare_room - spares.len();
+                    spares.extend(keep_or_remove(&dir, freed, room, &mut unlinked)?);
+                    unlink_segment_files(&dir, base_offset, &mut unlinked)?;
                 }
-                Ok::<_, StorageError>(spares)
+                Ok::<_, StorageError>((spares, unlinked))
             })
             .await?;
+        // Freed at a pace once readers of the removed segments are done (`crate::reaper`).
+        reaper::free_paced(unlinked, readers);
         inner.spares.borrow_mut().extend(spares);
         inner.persist_epochs().await?;
         Ok(deleted)

@@ -15,9 +15,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::open::remove_file_if_present;
 use super::Inner;
 use crate::error::StorageError;
+use crate::reaper::Unlinked;
 use crate::segment::{segment_path, SPARE_SUFFIX};
 
 /// Freed segment files a log keeps for new segments to reuse.
@@ -36,7 +36,7 @@ impl Inner {
         SPARES_MAX.saturating_sub(self.spares.borrow().len())
     }
 
-    /// Forgets every spare, for the caller to unlink (`remove_spares`): a truncation's part,
+    /// Forgets every spare, for the caller to unlink: a truncation's part,
     /// see the invariants.
     pub(super) fn take_spares(&self) -> Vec<PathBuf> {
         std::mem::take(&mut *self.spares.borrow_mut())
@@ -44,12 +44,13 @@ impl Inner {
 }
 
 /// Renames the first `room` of `freed` to their `.spare` names (where no spare has that name)
-/// and unlinks the rest. Blocking (unlinking a large file frees its extents): for the
-/// executor's blocking thread. Returns the spares kept.
+/// and unlinks the rest into `unlinked`, for the reaper to free (`crate::reaper`). Blocking:
+/// for the executor's blocking thread. Returns the spares kept.
 pub(super) fn keep_or_remove(
     dir: &Path,
     freed: Vec<FreedLog>,
     room: usize,
+    unlinked: &mut Unlinked,
 ) -> Result<Vec<PathBuf>, StorageError> {
     let mut spares = Vec::new();
     for file in freed {
@@ -61,18 +62,10 @@ pub(super) fn keep_or_remove(
                 .map_err(|e| StorageError::io("rename", &file.path, e))?;
             spares.push(to);
         } else {
-            remove_file_if_present(&file.path)?;
+            unlinked.unlink(&file.path)?;
         }
     }
     Ok(spares)
-}
-
-/// Unlinks `spares` (blocking).
-pub(super) fn remove_spares(spares: Vec<PathBuf>) -> Result<(), StorageError> {
-    for spare in spares {
-        remove_file_if_present(&spare)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -91,7 +84,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let dir = dir.path();
         let files = vec![freed(dir, 0), freed(dir, 3), freed(dir, 6)];
-        let spares = keep_or_remove(dir, files, 2).expect("keep");
+        let spares = keep_or_remove(dir, files, 2, &mut Unlinked::default()).expect("keep");
         let names = |dir: &Path| {
             let mut names: Vec<String> = std::fs::read_dir(dir)
                 .expect("list")
@@ -118,15 +111,18 @@ mod tests {
     fn a_spare_of_the_same_name_stays_and_the_freed_file_goes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let dir = dir.path();
-        let kept = keep_or_remove(dir, vec![freed(dir, 0)], 2).expect("keep");
+        let kept =
+            keep_or_remove(dir, vec![freed(dir, 0)], 2, &mut Unlinked::default()).expect("keep");
         std::fs::write(segment_path(dir, 0, LOG_SUFFIX), "new").expect("write");
         let again = FreedLog {
             base_offset: 0,
             path: segment_path(dir, 0, LOG_SUFFIX),
         };
-        assert!(keep_or_remove(dir, vec![again], 1)
-            .expect("keep")
-            .is_empty());
+        assert!(
+            keep_or_remove(dir, vec![again], 1, &mut Unlinked::default())
+                .expect("keep")
+                .is_empty()
+        );
         assert_eq!(std::fs::read_to_string(&kept[0]).expect("read"), "0");
         assert!(!segment_path(dir, 0, LOG_SUFFIX).exists());
     }

@@ -10,14 +10,16 @@
 //! changes in one borrow after the files; a failure (or cancellation) once files were touched
 //! latches the log.
 
-use super::open::{load_tail_block, remove_file_if_present, remove_segment_files};
+use std::rc::Rc;
+
+use super::open::{load_tail_block, remove_file_if_present, unlink_segment_files};
 use super::producer_snapshots::wall_clock_ms;
 use super::read::SegmentReader;
-use super::spares::remove_spares;
 use super::{Inner, Log};
 use crate::error::{StorageError, TruncateError};
 use crate::io::sync_dir;
 use crate::io::IoMode;
+use crate::reaper::{self, Unlinked};
 use crate::recovery::scan_segment;
 use crate::segment::{
     segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
@@ -144,19 +146,20 @@ impl Log {
     async fn cut(&self, slot: usize, position: u64, offset: i64) -> Result<(), StorageError> {
         let inner = &*self.inner;
         let dir = &inner.dir;
-        let (kept, later_bases, was_active) = {
+        let (kept, later_bases, later_readers, was_active) = {
             let state = inner.state.borrow();
             let segment = &state.segments[slot];
-            let later: Vec<i64> = state.segments[slot + 1..]
-                .iter()
-                .map(|s| s.base_offset)
+            let later = &state.segments[slot + 1..];
+            let bases: Vec<i64> = later.iter().map(|s| s.base_offset).collect();
+            let readers: Vec<_> = (later.iter())
+                .filter_map(|s| s.file.as_ref().map(Rc::downgrade))
                 .collect();
             let kept = (
                 segment.base_offset,
                 segment.file.clone(),
                 segment.roll_base_ms,
             );
-            (kept, later, slot + 1 == state.segments.len())
+            (kept, bases, readers, slot + 1 == state.segments.len())
         };
         let (base_offset, file, roll_base_ms) = kept;
         // Newest first: a crash part-way leaves a shorter log, never a hole. On the blocking
@@ -165,14 +168,19 @@ impl Log {
         // created past it could otherwise take over (`spares.rs`).
         let blocking_dir = dir.clone();
         let spares = inner.take_spares();
-        glommio::executor()
+        let unlinked = glommio::executor()
             .spawn_blocking(move || {
+                let mut unlinked = Unlinked::default();
                 for &base in later_bases.iter().rev() {
-                    remove_segment_files(&blocking_dir, base)?;
+                    unlink_segment_files(&blocking_dir, base, &mut unlinked)?;
                 }
-                remove_spares(spares)
+                for spare in &spares {
+                    unlinked.unlink(spare)?;
+                }
+                Ok::<_, StorageError>(unlinked)
             })
             .await?;
+        reaper::free_paced(unlinked, later_readers);
         let stale_snapshots: Vec<i64> = inner
             .snapshots
             .borrow()
