@@ -15,7 +15,7 @@ independently. The 100,000-message round trip runs in both log.io.mode values.
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic, ResourceType
 
 import kafka_wire as wire
@@ -264,6 +264,87 @@ def test_broker_settings_change_at_run_time_and_survive_a_restart(broker):
     broker.restart()
     after = admin(broker.bootstrap)
     assert inherited(after) == ("987654321", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+
+def test_topic_settings_change_at_run_time_and_survive_a_restart(broker):
+    """incremental_alter_configs on a topic: SET, APPEND and SUBTRACT to a list setting,
+    DELETE back to the default; DescribeConfigs names the topic as the source; a bad value is
+    INVALID_CONFIG, a missing topic UNKNOWN_TOPIC_OR_PARTITION, validate_only changes nothing;
+    a restart keeps what was set."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigSource
+    topic = unique_topic("topiccfg")
+    create_topic(broker.bootstrap, topic, 1)
+    a = admin(broker.bootstrap)
+
+    def alter(changes, name=topic, validate_only=False):
+        entries = [ConfigEntry(key, value, incremental_operation=op)
+                   for key, op, value in changes]
+        res = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+        return a.incremental_alter_configs([res], validate_only=validate_only)[res].result(30)
+
+    def described(client, key):
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        entry = client.describe_configs([res])[res].result(30)[key]
+        return entry.value, entry.source
+
+    SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    APPEND, SUBTRACT = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
+    TOPIC, DEFAULT = ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value
+
+    alter([("retention.ms", SET, "7200000"), ("cleanup.policy", APPEND, "compact")])
+    assert described(a, "retention.ms") == ("7200000", TOPIC)
+    assert described(a, "cleanup.policy") == ("delete,compact", TOPIC)
+    alter([("cleanup.policy", SUBTRACT, "delete")])
+    assert described(a, "cleanup.policy") == ("compact", TOPIC)
+    alter([("retention.ms", SET, "60000")], validate_only=True)
+    assert described(a, "retention.ms") == ("7200000", TOPIC), "validate_only changed it"
+
+    with pytest.raises(KafkaException) as refused:
+        alter([("retention.ms", SET, "soon")])
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, refused.value
+    with pytest.raises(KafkaException) as missing:
+        alter([("retention.ms", SET, "1000")], name=unique_topic("absent"))
+    assert missing.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, missing.value
+
+    broker.restart()
+    a = admin(broker.bootstrap)
+    assert described(a, "retention.ms") == ("7200000", TOPIC), "the restart lost it"
+    assert described(a, "cleanup.policy") == ("compact", TOPIC)
+    alter([("retention.ms", DELETE, None)])
+    assert described(a, "retention.ms") == ("604800000", DEFAULT)
+
+
+def test_delete_records_through_the_admin_client(broker):
+    """AdminClient.delete_records (DeleteRecords): the answer carries the new low watermark,
+    consumers' watermarks and reads from the beginning follow it, an offset past the high
+    watermark is refused with OFFSET_OUT_OF_RANGE, OFFSET_END (-1) means the high watermark,
+    and a restart keeps the start it was given."""
+    topic = unique_topic("delrec")
+    create_topic(broker.bootstrap, topic, 1)
+    produce_all(producer(broker.bootstrap),
+                [{"topic": topic, "partition": 0, "key": b"k%d" % i, "value": b"v%d" % i}
+                 for i in range(10)])
+    a = admin(broker.bootstrap)
+
+    def delete_below(offset):
+        tp = TopicPartition(topic, 0, offset)
+        return a.delete_records([tp], request_timeout=30)[tp].result(30)
+
+    assert delete_below(4).low_watermark == 4
+    assert watermarks(broker.bootstrap, topic, 1)[0] == (4, 10)
+    got = consume_all(broker.bootstrap, topic, 1)[0]
+    assert [(r.offset, r.value) for r in got] == [(o, b"v%d" % o) for o in range(4, 10)]
+
+    with pytest.raises(KafkaException) as refused:
+        delete_below(11)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE, refused.value
+    assert watermarks(broker.bootstrap, topic, 1)[0] == (4, 10), "a refused delete moved it"
+
+    broker.restart()
+    assert watermarks(broker.bootstrap, topic, 1)[0] == (4, 10), "the restart lost the start"
+    a = admin(broker.bootstrap)
+    assert delete_below(OFFSET_END).low_watermark == 10
+    assert watermarks(broker.bootstrap, topic, 1)[0] == (10, 10)
 
 
 def test_describe_cluster_names_this_node(broker):

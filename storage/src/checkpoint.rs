@@ -199,6 +199,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::log_tests::run;
 
     fn entry(topic: &str, partition: i32, offset: i64) -> PartitionOffset {
         PartitionOffset {
@@ -206,15 +207,6 @@ mod tests {
             partition,
             offset,
         }
-    }
-
-    fn run<F: std::future::Future<Output = ()> + 'static>(
-        test: impl FnOnce() -> F + Send + 'static,
-    ) {
-        glommio::LocalExecutorBuilder::default()
-            .make()
-            .expect("glommio executor")
-            .run(test());
     }
 
     #[test]

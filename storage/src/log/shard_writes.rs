@@ -63,11 +63,7 @@ mod tests {
 
     #[test]
     fn a_waiter_goes_on_when_the_last_write_ends_or_after_the_bound() {
-        let ex = glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 16)
-            .make()
-            .expect("executor");
-        ex.run(async {
+        crate::log_tests::run(|| async {
             let start = Instant::now();
             idle().await;
             assert!(start.elapsed() < YIELD_MAX, "nothing in flight: no wait");
