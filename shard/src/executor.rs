@@ -128,7 +128,6 @@ mod tests {
             let start = Instant::now();
             for _ in 0..20 {
                 // A turn with a task ready arms the preemption timer.
-                glommio::yield_if_needed().await;
                 glommio::executor().yield_now().await;
                 glommio::timer::sleep(Duration::from_millis(1)).await;
             }

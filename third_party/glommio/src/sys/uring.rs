@@ -1259,18 +1259,22 @@ macro_rules! consume_rings {
         consumed
     }}
 }
-/// ringlog patch. Whether an armed latency timer may stand for one of `duration` from now: it fires no
-/// later. Firing sooner costs one more turn of the loop (a user timer due sooner must be
-/// looked at then anyway), where replacing it costs a cancellation and a timeout each turn.
-fn keep_latency_timer(armed: &Option<(Source, Instant)>, duration: Duration) -> bool {
-    armed
-        .as_ref()
-        .is_some_and(|(_, fires)| *fires <= Instant::now() + duration)
-}
-
-fn arm_latency_timer(ring: &mut SleepableRing, duration: Duration) -> (Source, Instant) {
+/// ringlog patch. Arms a latency timer that fires `duration` from now in place of `armed`,
+/// unless `armed` fires no later; returns whether it armed one (to be flushed). Firing
+/// sooner costs one more turn of the loop (a user timer due sooner must be looked at then
+/// anyway), where replacing it costs a cancellation and a timeout each turn.
+fn rearm_latency_timer(
+    armed: &mut Option<(Source, Instant)>,
+    ring: &mut SleepableRing,
+    duration: Duration,
+) -> bool {
     let fires = Instant::now() + duration;
-    (ring.prepare_latency_preemption_timer(duration), fires)
+    if armed.as_ref().is_some_and(|(_, at)| *at <= fires) {
+        return false;
+    }
+    drop(armed.take());
+    *armed = Some((ring.prepare_latency_preemption_timer(duration), fires));
+    true
 }
 
 macro_rules! flush_cancellations {
@@ -1829,21 +1833,21 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // ringlog patch: the latency ring's timer stays armed while it fires no later than a new one
-        // would (`keep_latency_timer`): cancelling it and arming a new one every turn cost
-        // two submissions per turn. One left armed while we sleep wakes us once, early, at
-        // worst.
+        // ringlog patch: the latency ring's timer stays armed while it fires no later than a
+        // new one would (`rearm_latency_timer`): cancelling it and arming a new one every
+        // turn cost two submissions per turn. One left armed while we sleep wakes us once,
+        // early, at worst.
         let mut latency_timer = self
             .latency_preemption_timeout_src
             .take()
             .filter(|(timer, _)| timer.result().is_none());
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping. ringlog patch: one stays armed across turns until it fires (ring_depth completions
-        // after it was armed): arming a new one every turn cost a timeout, its linked write
-        // and a cancellation per turn, more submissions than a busy turn's own I/O.
-        let armed = self.throughput_preemption_timeout_src.take();
-        let armed = armed.filter(|timer| timer.result().is_none());
+        // up sleeping. ringlog patch: one stays armed across turns until it fires (ring_depth
+        // completions after it was armed): arming a new one every turn cost a timeout, its
+        // linked write and a cancellation per turn, more submissions than a busy turn's I/O.
+        let armed = (self.throughput_preemption_timeout_src.take())
+            .filter(|timer| timer.result().is_none());
         self.throughput_preemption_timeout_src.replace(Some(armed.unwrap_or_else(|| {
             main_ring.prepare_throughput_preemption_timer(
                 self.ring_depth() as u32,
@@ -1871,9 +1875,7 @@ impl Reactor {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
             if let Some(dur) = user_timer {
-                if !keep_latency_timer(&latency_timer, dur) {
-                    drop(latency_timer.take());
-                    latency_timer = Some(arm_latency_timer(&mut lat_ring, dur));
+                if rearm_latency_timer(&mut latency_timer, &mut lat_ring, dur) {
                     assert!(flush_rings!(lat_ring)? > 0);
                 }
             }
@@ -1902,9 +1904,7 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            if !keep_latency_timer(&latency_timer, preempt) {
-                drop(latency_timer.take());
-                latency_timer = Some(arm_latency_timer(&mut lat_ring, preempt));
+            if rearm_latency_timer(&mut latency_timer, &mut lat_ring, preempt) {
                 flush_rings!(lat_ring, main_ring)?;
             }
         }
