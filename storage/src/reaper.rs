@@ -22,7 +22,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Weak;
 use std::time::{Duration, Instant};
 
@@ -75,7 +75,7 @@ impl Unlinked {
 /// Unlinks `paths` on the blocking thread and frees their blocks at a pace once `readers`
 /// are done with them. Returns once the names are gone.
 pub(crate) async fn delete(
-    paths: Vec<PathBuf>,
+    paths: Vec<std::path::PathBuf>,
     readers: Vec<Weak<SegmentFile>>,
 ) -> Result<(), StorageError> {
     if paths.is_empty() {
