@@ -1320,20 +1320,22 @@ impl LocalExecutor {
         self.reactor.need_preempt()
     }
 
+    /// Runs task queues until none is active (returns false: the loop may park) or until the
+    /// latency ring asks for a turn of the loop (returns true). ringlog patch: the second
+    /// case returned whether a queue had run, so a preemption already pending on entry (a
+    /// timer that fired after the reactor's last look) returned false, and the loop parked
+    /// with runnable tasks in their queues and nothing armed to wake it (fixed upstream in
+    /// glommio/glommio#53).
     fn run_task_queues(&self) -> bool {
-        let mut ran = false;
         loop {
             self.reactor.sys.install_eventfd();
             if self.need_preempt() {
-                break;
+                return true;
             }
             if !self.run_one_task_queue() {
                 return false;
-            } else {
-                ran = true;
             }
         }
-        ran
     }
 
     fn run_one_task_queue(&self) -> bool {
