@@ -114,6 +114,33 @@ mod tests {
         assert_eq!(outputs, vec![0]);
     }
 
+    /// The reactor keeps its preemption timer (100 ms) armed across turns; a sleep due sooner
+    /// must replace it, not wait for it (which would make each 1 ms sleep last 100 ms).
+    #[test]
+    fn short_sleeps_fire_while_the_preemption_timer_is_armed() {
+        use std::time::{Duration, Instant};
+        let config = ShardsConfig {
+            shard_count: 1,
+            io_memory_bytes: 1 << 16,
+            ring_depth: 32,
+        };
+        let outputs = run_shards(&config, |_| async {
+            let start = Instant::now();
+            for _ in 0..20 {
+                // A turn with a task ready arms the preemption timer.
+                glommio::executor().yield_now().await;
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            start.elapsed()
+        })
+        .expect("run");
+        assert!(
+            outputs[0] < Duration::from_secs(1),
+            "20 sleeps of 1 ms took {:?}",
+            outputs[0]
+        );
+    }
+
     #[test]
     fn refuses_more_shards_than_cpus() {
         let requested = online_cpus().len() + 1;

@@ -1221,7 +1221,8 @@ pub(crate) struct Reactor {
     latency_ring: RefCell<SleepableRing>,
     poll_ring: RefCell<PollRing>,
 
-    latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// The latency ring's timer and when it fires.
+    latency_preemption_timeout_src: Cell<Option<(Source, Instant)>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1258,6 +1259,32 @@ macro_rules! consume_rings {
         consumed
     }}
 }
+/// ringlog patch. Arms a latency timer that fires `duration` from now in place of `armed`,
+/// unless `armed` is still pending and fires no later; returns whether it armed one (to be
+/// flushed). Firing sooner costs one more turn of the loop (a user timer due sooner must be
+/// looked at then anyway), where replacing it costs a cancellation and a timeout each turn.
+///
+/// Whether `armed` is pending is asked here, at the decision, and nowhere earlier: the
+/// loop reaps completions in several places (`flush_cancellations` among them), and a
+/// timer whose completion was reaped after an earlier look wakes nobody. Kept in place of
+/// a sleeping task's timer, it would leave the shard asleep with no timer at all
+/// (shard/tests/kept_timer.rs).
+fn rearm_latency_timer(
+    armed: &mut Option<(Source, Instant)>,
+    ring: &mut SleepableRing,
+    duration: Duration,
+) -> bool {
+    let fires = Instant::now() + duration;
+    let pending_in_time =
+        |(timer, at): &(Source, Instant)| timer.result().is_none() && *at <= fires;
+    if armed.as_ref().is_some_and(pending_in_time) {
+        return false;
+    }
+    drop(armed.take());
+    *armed = Some((ring.prepare_latency_preemption_timer(duration), fires));
+    true
+}
+
 macro_rules! flush_cancellations {
     (into $output:expr; $( $ring:expr ),+ ) => {{
         $(
@@ -1814,22 +1841,24 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
-        //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        // ringlog patch: the latency ring's timer stays armed while it is pending and fires no
+        // later than a new one would (`rearm_latency_timer`): cancelling it and arming a new
+        // one every turn cost two submissions per turn. One left armed while we sleep wakes
+        // us once, early, at worst.
+        let mut latency_timer = self.latency_preemption_timeout_src.take();
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
+        // up sleeping. ringlog patch: one stays armed across turns until it fires (ring_depth
+        // completions after it was armed): arming a new one every turn cost a timeout, its
+        // linked write and a cancellation per turn, more submissions than a busy turn's I/O.
+        let armed = (self.throughput_preemption_timeout_src.take())
+            .filter(|timer| timer.result().is_none());
+        self.throughput_preemption_timeout_src.replace(Some(armed.unwrap_or_else(|| {
             main_ring.prepare_throughput_preemption_timer(
                 self.ring_depth() as u32,
                 self.eventfd_src.raw(),
-            ),
-        ));
+            )
+        })));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1851,9 +1880,9 @@ impl Reactor {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
             if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                assert!(flush_rings!(lat_ring)? > 0);
+                if rearm_latency_timer(&mut latency_timer, &mut lat_ring, dur) {
+                    assert!(flush_rings!(lat_ring)? > 0);
+                }
             }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
@@ -1880,10 +1909,11 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
-            flush_rings!(lat_ring, main_ring)?;
+            if rearm_latency_timer(&mut latency_timer, &mut lat_ring, preempt) {
+                flush_rings!(lat_ring, main_ring)?;
+            }
         }
+        self.latency_preemption_timeout_src.set(latency_timer);
 
         // A Note about `need_preempt`:
         //
