@@ -111,7 +111,6 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         shard_count,
         io_memory_bytes: IO_MEMORY_BYTES,
         ring_depth: RING_DEPTH,
-        idle_poll: config.idle_poll,
     };
     let results = shard::run_shards(&shards, move |id| {
         let (endpoint, controller, listener) = {

@@ -5,7 +5,6 @@
 //! hosts), and glommio falls back to ordinary aligned allocations beyond it.
 
 use std::future::Future;
-use std::time::Duration;
 
 use glommio::{CpuSet, LocalExecutorBuilder, Placement};
 use thiserror::Error;
@@ -19,11 +18,6 @@ pub struct ShardsConfig {
     pub io_memory_bytes: usize,
     /// Depth of each io_uring ring.
     pub ring_depth: usize,
-    /// How long a shard with nothing to run keeps polling its rings before it sleeps in the
-    /// kernel (zero: it sleeps at once). Polling finds a completion the moment the kernel
-    /// posts it; a sleeping shard's CPU must be woken first, which on a virtual machine
-    /// whose idle CPUs halt costs tens of microseconds or more. Each poll spends CPU.
-    pub idle_poll: Duration,
 }
 
 #[derive(Error, Debug)]
@@ -87,20 +81,15 @@ where
     let mut handles = Vec::with_capacity(config.shard_count);
     for (shard, cpu) in cpus.iter().copied().take(config.shard_count).enumerate() {
         let shard_main = shard_main.clone();
-        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{shard}"))
             .io_memory(config.io_memory_bytes)
-            .ring_depth(config.ring_depth);
-        if !config.idle_poll.is_zero() {
-            builder = builder.spin_before_park(config.idle_poll);
-        }
-        let handle =
-            builder
-                .spawn(move || shard_main(shard))
-                .map_err(|error| StartError::Spawn {
-                    shard,
-                    message: error.to_string(),
-                })?;
+            .ring_depth(config.ring_depth)
+            .spawn(move || shard_main(shard))
+            .map_err(|error| StartError::Spawn {
+                shard,
+                message: error.to_string(),
+            })?;
         handles.push(handle);
     }
     let mut outputs = Vec::with_capacity(handles.len());
@@ -120,7 +109,6 @@ mod tests {
             shard_count: 1,
             io_memory_bytes: 1 << 16,
             ring_depth: 32,
-            idle_poll: Duration::ZERO,
         };
         let outputs = run_shards(&config, |shard| async move { shard * 10 }).expect("run");
         assert_eq!(outputs, vec![0]);
@@ -130,12 +118,11 @@ mod tests {
     /// must replace it, not wait for it (which would make each 1 ms sleep last 100 ms).
     #[test]
     fn short_sleeps_fire_while_the_preemption_timer_is_armed() {
-        use std::time::Instant;
+        use std::time::{Duration, Instant};
         let config = ShardsConfig {
             shard_count: 1,
             io_memory_bytes: 1 << 16,
             ring_depth: 32,
-            idle_poll: Duration::ZERO,
         };
         let outputs = run_shards(&config, |_| async {
             let start = Instant::now();
@@ -161,7 +148,6 @@ mod tests {
             shard_count: requested,
             io_memory_bytes: 1 << 16,
             ring_depth: 32,
-            idle_poll: Duration::ZERO,
         };
         let result = run_shards(&config, |_| async {});
         assert!(matches!(result, Err(StartError::TooManyShards { .. })));

@@ -190,7 +190,6 @@ mod tests {
             shard_count,
             io_memory_bytes: 1 << 16,
             ring_depth: 32,
-            idle_poll: std::time::Duration::ZERO,
         };
         run_shards(&config, move |id| {
             // Taking this shard's endpoint once at start-up; the lock is never on a data path.

@@ -126,9 +126,6 @@ pub struct BrokerConfig {
     /// socket for this long (the client stopped reading) is closed.
     pub write_timeout: Duration,
     pub io_mode: IoMode,
-    /// `shard.idle.poll.us`: how long a shard with nothing to run polls its rings before it
-    /// sleeps in the kernel.
-    pub idle_poll: Duration,
     /// Batch cache per shard, for tailing consumers in direct mode.
     pub cache_bytes_max: usize,
     pub write_buffer_bytes_max: usize,
@@ -164,10 +161,6 @@ pub struct BrokerConfig {
     /// default (DescribeConfigs tells the two apart).
     pub given_keys: BTreeSet<String>,
 }
-
-/// `shard.idle.poll.us` by default: see docs/BENCHMARKS.md ("An idle shard polls before it
-/// sleeps") for what polling buys at half load and what it costs.
-const IDLE_POLL_US_DEFAULT: &str = "0";
 
 /// What an answer adds around its records: headers and per-partition fields, generously.
 pub const RESPONSE_OVERHEAD_BYTES: usize = 64 << 10;
@@ -279,7 +272,6 @@ const BROKER_KEYS: &[&str] = &[
     "queued.max.response.bytes",
     "connections.max.write.ms",
     "log.io.mode",
-    "shard.idle.poll.us",
     "log.cache.max.bytes",
     "log.write.buffer.bytes",
     "connections.max.idle.ms",
@@ -467,12 +459,6 @@ impl BrokerConfig {
             queued_response_bytes_max,
             write_timeout: settings.positive_long_ms("connections.max.write.ms", "30000")?,
             io_mode,
-            idle_poll: Duration::from_micros(settings.number(
-                "shard.idle.poll.us",
-                IDLE_POLL_US_DEFAULT,
-                0,
-                1_000_000,
-            )?),
             cache_bytes_max: settings.number(
                 "log.cache.max.bytes",
                 "67108864",
@@ -610,10 +596,6 @@ impl BrokerConfig {
                 },
             ),
             (
-                "shard.idle.poll.us".into(),
-                self.idle_poll.as_micros().to_string(),
-            ),
-            (
                 "log.cache.max.bytes".into(),
                 self.cache_bytes_max.to_string(),
             ),
@@ -714,23 +696,6 @@ mod tests {
         assert_eq!(config.listener.port, 19092);
         assert_eq!(config.advertised.port, 19092);
         assert!(matches!(config.io_mode, IoMode::Direct));
-    }
-
-    #[test]
-    fn the_idle_poll_is_given_in_microseconds() {
-        let load = |flags: &[&str]| {
-            let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
-            BrokerConfig::load(None, &flags)
-        };
-        let default = load(&[]).expect("valid");
-        assert_eq!(
-            default.idle_poll,
-            Duration::from_micros(IDLE_POLL_US_DEFAULT.parse().expect("a number"))
-        );
-        let config = load(&["shard.idle.poll.us=150"]).expect("valid");
-        assert_eq!(config.idle_poll, Duration::from_micros(150));
-        assert!(load(&["shard.idle.poll.us=-1"]).is_err());
-        assert!(load(&["shard.idle.poll.us=1000001"]).is_err());
     }
 
     #[test]
