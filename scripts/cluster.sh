@@ -40,7 +40,8 @@ launch() {
     : >>"$dir/node.log"
     local setting sets=()
     for setting in $extra; do sets+=(--set "$setting"); done
-    "$ringlog" serve --cores "$cores" "${sets[@]}" \
+    # The nodes share the machine's CPUs: pinned, every node's shard 0 would take the same one.
+    "$ringlog" serve --cores "$cores" --overprovisioned "${sets[@]}" \
         --set "node.id=$id" \
         --set "log.dirs=$dir/data" \
         --set "listeners=PLAINTEXT://127.0.0.1:$((client_port + id - 1))" \

@@ -30,6 +30,10 @@ enum Command {
         /// Shards (cores) to run; defaults to every online CPU.
         #[arg(long)]
         cores: Option<usize>,
+        /// Share the CPUs with other processes, as several nodes on one machine do: shards are
+        /// not pinned to CPUs, the kernel places them (as Redpanda's --overprovisioned).
+        #[arg(long)]
+        overprovisioned: bool,
     },
     /// Format a log directory for a node of a cluster (like kafka-storage format); a single
     /// node formats its own on first start.
@@ -79,9 +83,14 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { config, set, cores } => BrokerConfig::load(config.as_deref(), &set)
+        Command::Serve {
+            config,
+            set,
+            cores,
+            overprovisioned,
+        } => BrokerConfig::load(config.as_deref(), &set)
             .map_err(anyhow::Error::from)
-            .and_then(|config| broker::server::run(config, cores)),
+            .and_then(|config| broker::server::run(config, cores, !overprovisioned)),
         Command::Format {
             cluster_id,
             ignore_formatted,

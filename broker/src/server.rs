@@ -33,8 +33,13 @@ const INBOX_CAPACITY: usize = 1024;
 const IO_MEMORY_BYTES: usize = 1 << 20;
 const RING_DEPTH: usize = 256;
 
-/// Runs a node until SIGINT or SIGTERM.
-pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Result<()> {
+/// Runs a node until SIGINT or SIGTERM: `shard_count` shards (one per CPU by default), each
+/// pinned to its own CPU unless `pinned` is false (see `shard::ShardsConfig::pinned`).
+pub fn run(
+    mut config: BrokerConfig,
+    shard_count: Option<usize>,
+    pinned: bool,
+) -> anyhow::Result<()> {
     // First of all: a SIGINT that arrives after the "starting" line must find the signals
     // blocked and waiting for the signal thread, not kill the process.
     let signals = block_shutdown_signals();
@@ -80,6 +85,7 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
     tracing::info!(
         topics = image.topics.len(),
         shards = shard_count,
+        pinned,
         dir = %config.log_dir.display(),
         "starting"
     );
@@ -111,6 +117,7 @@ pub fn run(mut config: BrokerConfig, shard_count: Option<usize>) -> anyhow::Resu
         shard_count,
         io_memory_bytes: IO_MEMORY_BYTES,
         ring_depth: RING_DEPTH,
+        pinned,
     };
     let results = shard::run_shards(&shards, move |id| {
         let (endpoint, controller, listener) = {

@@ -1,6 +1,8 @@
-//! Starting the shards: one glommio `LocalExecutor` per CPU, each pinned to its CPU.
+//! Starting the shards: one glommio `LocalExecutor` per CPU, each pinned to its CPU, or, for
+//! a node that shares the machine's CPUs with other processes (`pinned: false`, Redpanda's
+//! "overprovisioned"), each free to run on any CPU of the process's affinity mask.
 //!
-//! Invariants: never more shards than online CPUs; each shard's io_uring registered buffer
+//! Invariants: never more shards than online CPUs; pinned shards on distinct CPUs; each shard's io_uring registered buffer
 //! arena stays at `io_memory_bytes` (locked memory is scarce: 8 MiB per process on small
 //! hosts), and glommio falls back to ordinary aligned allocations beyond it.
 
@@ -18,6 +20,10 @@ pub struct ShardsConfig {
     pub io_memory_bytes: usize,
     /// Depth of each io_uring ring.
     pub ring_depth: usize,
+    /// Each shard on its own CPU (thread-per-core). Off, the kernel places every shard on any
+    /// CPU this process may use: several nodes that each pin shard 0 to the first CPU would
+    /// otherwise all share that one while the others idle.
+    pub pinned: bool,
 }
 
 #[derive(Error, Debug)]
@@ -81,7 +87,12 @@ where
     let mut handles = Vec::with_capacity(config.shard_count);
     for (shard, cpu) in cpus.iter().copied().take(config.shard_count).enumerate() {
         let shard_main = shard_main.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        let placement = if config.pinned {
+            Placement::Fixed(cpu)
+        } else {
+            Placement::Unbound
+        };
+        let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{shard}"))
             .io_memory(config.io_memory_bytes)
             .ring_depth(config.ring_depth)
@@ -103,15 +114,40 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn runs_one_future_per_shard() {
-        let config = ShardsConfig {
-            shard_count: 1,
+    fn small(shard_count: usize, pinned: bool) -> ShardsConfig {
+        ShardsConfig {
+            shard_count,
             io_memory_bytes: 1 << 16,
             ring_depth: 32,
-        };
+            pinned,
+        }
+    }
+
+    #[test]
+    fn runs_one_future_per_shard() {
+        let config = small(1, true);
         let outputs = run_shards(&config, |shard| async move { shard * 10 }).expect("run");
         assert_eq!(outputs, vec![0]);
+    }
+
+    /// Pinned, shard i runs on the i-th CPU of the mask alone; unpinned, every shard may run
+    /// on every CPU of the mask.
+    #[test]
+    fn shards_are_pinned_one_cpu_each_or_left_to_the_kernel() {
+        let cpus = online_cpus();
+        let shard_count = cpus.len().min(2);
+        for pinned in [true, false] {
+            let config = small(shard_count, pinned);
+            let masks = run_shards(&config, |_| async { allowed_cpus() }).expect("run");
+            for (shard, mask) in masks.into_iter().enumerate() {
+                let expected = if pinned {
+                    vec![cpus[shard]]
+                } else {
+                    cpus.clone()
+                };
+                assert_eq!(mask, Some(expected), "shard {shard}, pinned: {pinned}");
+            }
+        }
     }
 
     /// The reactor keeps its preemption timer (100 ms) armed across turns; a sleep due sooner
@@ -119,11 +155,7 @@ mod tests {
     #[test]
     fn short_sleeps_fire_while_the_preemption_timer_is_armed() {
         use std::time::{Duration, Instant};
-        let config = ShardsConfig {
-            shard_count: 1,
-            io_memory_bytes: 1 << 16,
-            ring_depth: 32,
-        };
+        let config = small(1, true);
         let outputs = run_shards(&config, |_| async {
             let start = Instant::now();
             for _ in 0..20 {
@@ -144,11 +176,7 @@ mod tests {
     #[test]
     fn refuses_more_shards_than_cpus() {
         let requested = online_cpus().len() + 1;
-        let config = ShardsConfig {
-            shard_count: requested,
-            io_memory_bytes: 1 << 16,
-            ring_depth: 32,
-        };
+        let config = small(requested, true);
         let result = run_shards(&config, |_| async {});
         assert!(matches!(result, Err(StartError::TooManyShards { .. })));
     }

@@ -190,6 +190,7 @@ mod tests {
             shard_count,
             io_memory_bytes: 1 << 16,
             ring_depth: 32,
+            pinned: true,
         };
         run_shards(&config, move |id| {
             // Taking this shard's endpoint once at start-up; the lock is never on a data path.
