@@ -1,7 +1,9 @@
 //! Per-shard cache of recently written and read-ahead data, shared by every `Log` of the
-//! shard through `Rc`. In direct mode a written DMA buffer stays shared here (`Rc<DmaBuffer>`,
-//! no copy), so tailing consumers are served from memory instead of re-reading what O_DIRECT
-//! just wrote; a log reading ahead for a sequential consumer leaves its read buffer here.
+//! shard through `Rc`. In direct mode a written chunk stays shared here (`SharedChunk`, no
+//! copy), so tailing consumers and followers are served from memory instead of re-reading
+//! what O_DIRECT just wrote, and a read that one chunk answers gets a slice of it, no copy
+//! either (`shared_prefix`); a log reading ahead for a sequential consumer leaves its read
+//! buffer here.
 //!
 //! Entries are kept in insertion order (eviction takes the oldest) and indexed per log and
 //! segment by their start position, so finding a range costs a map lookup and a walk back
@@ -21,14 +23,21 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::rc::Rc;
+use std::sync::Arc;
 
-use glommio::io::{DmaBuffer, ReadResult};
+use bytes::Bytes;
+use glommio::io::ReadResult;
+
+use crate::chunk_memory::SharedChunk;
+
+/// A slice of one chunk shorter than this is no answer when the next chunk holds more of
+/// the range: a copy of both answers in one read (a follower behind by several chunks).
+const SHARED_RUN_BYTES_MIN: usize = 256 << 10;
 
 /// The memory behind a cache entry.
 pub(crate) enum CachedBytes {
     /// A write chunk, shared with the log that wrote it.
-    Written(Rc<DmaBuffer>),
+    Written(Arc<SharedChunk>),
     /// An O_DIRECT read done ahead of a reader.
     Read(ReadResult),
     /// A read-ahead in unit tests, which cannot make a `ReadResult`.
@@ -47,8 +56,8 @@ impl CachedBytes {
     }
 }
 
-impl From<Rc<DmaBuffer>> for CachedBytes {
-    fn from(buf: Rc<DmaBuffer>) -> Self {
+impl From<Arc<SharedChunk>> for CachedBytes {
+    fn from(buf: Arc<SharedChunk>) -> Self {
         CachedBytes::Written(buf)
     }
 }
@@ -279,6 +288,46 @@ impl BatchCache {
         copied
     }
 
+    /// The cached bytes `[position, position + len)` of a segment, or a prefix of them at
+    /// least `need` long, as a slice of one written chunk: no copy. `None` (the caller copies,
+    /// `copy_prefix`) when no written chunk holds `need` bytes from `position`; when the slice
+    /// would be under a quarter of its chunk's memory, which it keeps alive wherever it
+    /// travels, after an eviction too; and when it is short of `SHARED_RUN_BYTES_MIN` while
+    /// the next chunk holds more of the range, which a copy answers in one read.
+    pub(crate) fn shared_prefix(
+        &self,
+        log_id: u64,
+        segment_base_offset: i64,
+        position: u64,
+        need: usize,
+        len: usize,
+    ) -> Option<Bytes> {
+        let bytes = {
+            let entries = self.entries.borrow();
+            let entry = entries.covering(log_id, segment_base_offset, position)?;
+            let CachedBytes::Written(chunk) = &entry.data else {
+                return None;
+            };
+            let from = (position - entry.position) as usize;
+            let run = (entry.len - from).min(len);
+            let more_cached = || {
+                run < len
+                    && entries
+                        .covering(log_id, segment_base_offset, entry.end())
+                        .is_some()
+            };
+            if run < need
+                || run * 4 < entry.charge_bytes
+                || (run < SHARED_RUN_BYTES_MIN && more_cached())
+            {
+                return None;
+            }
+            chunk.slice(from..from + run)
+        };
+        self.drop_read_aheads_behind(log_id, segment_base_offset, position);
+        Some(bytes)
+    }
+
     /// Read-aheads of the log wholly behind a read at `position` of a segment have served
     /// their reader.
     fn drop_read_aheads_behind(&self, log_id: u64, segment_base_offset: i64, position: u64) {
@@ -378,12 +427,17 @@ impl BatchCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunk_memory::ChunkMemory;
     use proptest::prelude::*;
 
-    fn buffer(fill: u8) -> Rc<DmaBuffer> {
-        let mut buf = glommio::allocate_dma_buffer_global(4096);
-        buf.as_bytes_mut().fill(fill);
-        Rc::new(buf)
+    fn chunk(bytes: &[u8], capacity: usize) -> Arc<SharedChunk> {
+        let mut memory = ChunkMemory::allocate(capacity);
+        memory.as_bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        memory.freeze(capacity)
+    }
+
+    fn buffer(fill: u8) -> Arc<SharedChunk> {
+        chunk(&[fill; 4096], 4096)
     }
 
     #[test]
@@ -432,9 +486,7 @@ mod tests {
     fn an_entry_that_starts_long_before_a_read_still_serves_it() {
         let cache = BatchCache::new(1 << 20);
         let log = cache.register_log();
-        let mut long = glommio::allocate_dma_buffer_global(65536);
-        long.as_bytes_mut().fill(7);
-        cache.insert(log, 0, 0, 65536, 65536, Rc::new(long));
+        cache.insert(log, 0, 0, 65536, 65536, chunk(&[7; 65536], 65536));
         // Short entries after it in the same segment, then one inside it.
         cache.insert(log, 0, 65536, 100, 4096, buffer(8));
         cache.insert(log, 0, 40960, 10, 4096, buffer(7));
@@ -496,6 +548,47 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn one_written_chunk_answers_with_a_slice_of_itself() {
+        let cache = BatchCache::new(4 << 20);
+        let log = cache.register_log();
+        let bytes: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+        let first = chunk(&bytes, 65536);
+        cache.insert(log, 0, 0, 65536, 65536, first.clone());
+        let shared = cache
+            .shared_prefix(log, 0, 100, 61, 70000)
+            .expect("one chunk holds it");
+        assert_eq!(shared.len(), 65436, "up to the chunk's end");
+        assert_eq!(&shared[..], &bytes[100..]);
+        assert_eq!(shared.as_ptr(), first.as_bytes()[100..].as_ptr(), "no copy");
+        assert!(
+            cache.shared_prefix(log, 0, 65000, 1000, 1000).is_none(),
+            "fewer bytes than needed"
+        );
+        assert!(
+            cache.shared_prefix(log, 0, 60000, 1, 2000).is_none(),
+            "a sliver of a large chunk would keep all of it alive"
+        );
+        // A second chunk rewrites the first one's last block and goes on.
+        let mut second = bytes[61440..].to_vec();
+        second.extend_from_slice(&[9; 4096]);
+        cache.insert(log, 0, 61440, 8192, 8192, chunk(&second, 8192));
+        assert!(
+            cache.shared_prefix(log, 0, 0, 61, 100_000).is_none(),
+            "a short chunk with more cached after it: one copy answers more"
+        );
+        let mut out = Vec::new();
+        assert_eq!(cache.copy_prefix(log, 0, 0, 100_000, &mut out), 69632);
+        assert!(
+            cache.shared_prefix(log, 0, 0, 61, 65536).is_some(),
+            "all that is asked"
+        );
+        assert!(
+            cache.shared_prefix(log, 0, 61440, 61, 8192).is_some(),
+            "the last chunk, whole"
+        );
+    }
+
     /// What the cache must do, the simple way: a list scanned whole.
     #[derive(Default)]
     struct Model {
@@ -546,9 +639,7 @@ mod tests {
                         let data = if read_ahead {
                             CachedBytes::ReadForTest(bytes)
                         } else {
-                            let mut buf = glommio::allocate_dma_buffer_global(charge);
-                            buf.as_bytes_mut()[..len].copy_from_slice(&bytes);
-                            CachedBytes::Written(Rc::new(buf))
+                            CachedBytes::Written(chunk(&bytes, charge))
                         };
                         cache.insert(log, segment, position, len, charge, data);
                         if charge <= BUDGET {
@@ -559,10 +650,22 @@ mod tests {
                         }
                     }
                     Op::Read { log, segment, position, len } => {
-                        let mut out = Vec::new();
-                        let copied = cache.copy_prefix(log, segment, position, len, &mut out);
-                        prop_assert_eq!(copied, model.run(log, segment, position, len));
-                        prop_assert_eq!(out.len(), copied);
+                        // As `plan_read` reads: a slice of one chunk if that answers, else a copy.
+                        let run = model.run(log, segment, position, len);
+                        let out = match cache.shared_prefix(log, segment, position, 1, len) {
+                            Some(shared) => {
+                                prop_assert!(!shared.is_empty() && shared.len() <= run);
+                                shared.to_vec()
+                            }
+                            None => {
+                                let mut out = Vec::new();
+                                let copied =
+                                    cache.copy_prefix(log, segment, position, len, &mut out);
+                                prop_assert_eq!(copied, run);
+                                prop_assert_eq!(out.len(), copied);
+                                out
+                            }
+                        };
                         for (i, byte) in out.iter().enumerate() {
                             prop_assert_eq!(*byte, byte_at(log, segment, position + i as u64));
                         }

@@ -9,11 +9,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
-use glommio::io::{BufferedFile, DmaBuffer, DmaFile, OpenOptions, ReadResult};
+use glommio::io::{BufferedFile, DmaFile, OpenOptions, ReadResult};
 
+use crate::chunk_memory::SharedChunk;
 use crate::error::StorageError;
 
 /// O_DIRECT alignment used for every direct write (a multiple of any logical block size).
@@ -54,7 +55,7 @@ pub(crate) struct SegmentFile {
     /// The file's size as this handle last set or saw it: blocks up to here are allocated.
     allocated_bytes: Cell<u64>,
     #[cfg(test)]
-    faults: Option<Rc<testing::DiskFaults>>,
+    faults: Option<std::rc::Rc<testing::DiskFaults>>,
 }
 
 impl SegmentFile {
@@ -113,9 +114,9 @@ impl SegmentFile {
     }
 
     /// Writes a whole aligned DMA buffer at an aligned position (direct mode only).
-    pub async fn write_direct(
+    pub(crate) async fn write_direct(
         &self,
-        buf: Rc<DmaBuffer>,
+        buf: Arc<SharedChunk>,
         position: u64,
     ) -> Result<(), StorageError> {
         let FileKind::Direct(file) = &self.kind else {
@@ -129,7 +130,7 @@ impl SegmentFile {
         self.before_write(position, buf.as_bytes())?;
         let wanted = buf.len();
         let written = file
-            .write_rc_at(buf, position)
+            .write_arc_at(buf, position)
             .await
             .map_err(|e| StorageError::io("write", &self.path, e.into()))?;
         self.check_written(written, wanted)

@@ -57,6 +57,7 @@
 pub mod batch;
 mod cache;
 mod checkpoint;
+mod chunk_memory;
 mod compact;
 mod cpu_slice;
 mod error;

@@ -42,13 +42,14 @@
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 
 use bytes::Bytes;
-use glommio::io::DmaBuffer;
 
 use crate::batch::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 use crate::cache::BatchCache;
+use crate::chunk_memory::SharedChunk;
 use crate::error::StorageError;
 use crate::io::{sync_dir, IoMode, SegmentFile, BLOCK_BYTES};
 use crate::leader_epoch::LeaderEpochCache;
@@ -398,7 +399,11 @@ impl State {
 
     /// Records a completed data write to `file`, then retires every written chunk at the front
     /// of the queue in order. Returns the chunk's buffer for the cache in direct mode.
-    fn complete_data(&mut self, info: ChunkInfo, file: &Rc<SegmentFile>) -> Option<Rc<DmaBuffer>> {
+    fn complete_data(
+        &mut self,
+        info: ChunkInfo,
+        file: &Rc<SegmentFile>,
+    ) -> Option<Arc<SharedChunk>> {
         if !self.dirty_files.iter().any(|f| Rc::ptr_eq(f, file)) {
             self.dirty_files.push(file.clone());
         }

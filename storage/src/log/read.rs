@@ -66,9 +66,10 @@ enum ReadPlan {
 }
 
 impl Inner {
-    /// Plans reading `[position, position + len)` of a segment; copies what is in memory now.
-    /// In direct mode a cached run of at least `need` bytes from `position` may answer alone
-    /// (a shorter read; callers need only `need`).
+    /// Plans reading `[position, position + len)` of a segment; copies what is in memory now,
+    /// or, in direct mode, shares it when one written chunk holds it (`shared_prefix`). The
+    /// written bytes alone answer when they give `need`, and in direct mode so does a cached
+    /// run of at least `need` bytes from `position` (shorter reads; callers need only `need`).
     fn plan_read(
         &self,
         segment_base_offset: i64,
@@ -92,6 +93,14 @@ impl Inner {
             ));
         }
         let written = segment.written_bytes;
+        // A read that the written bytes answer (`need` of them) leaves the queued ones out:
+        // readers bounded by what is written (followers, consumers below the high watermark)
+        // never use them, and copying them cost as much as the read itself.
+        let end = if position + need as u64 <= written {
+            end.min(written)
+        } else {
+            end
+        };
         let file_end = end.min(written);
         let mut queued = Vec::new();
         if end > written {
@@ -109,6 +118,17 @@ impl Inner {
         }
         let file_bytes = (file_end - position) as usize;
         if self.config.get().io_mode == IoMode::Direct {
+            if queued.is_empty() {
+                if let Some(bytes) = self.cache.shared_prefix(
+                    self.log_id,
+                    segment_base_offset,
+                    position,
+                    need,
+                    file_bytes,
+                ) {
+                    return Ok(ReadPlan::Done(bytes));
+                }
+            }
             let mut out = Vec::with_capacity(len);
             let cached = self.cache.copy_prefix(
                 self.log_id,
@@ -142,7 +162,8 @@ impl Inner {
     }
 
     /// Bytes `[position, position + len)` of a segment, from the write queue, the cache or
-    /// disk; in direct mode possibly fewer, but at least `need`, when the cache holds those.
+    /// disk; possibly fewer, but at least `need`: only the written ones when those give
+    /// `need`, and in direct mode a cached run when that gives `need`.
     async fn read_segment(
         &self,
         segment_base_offset: i64,

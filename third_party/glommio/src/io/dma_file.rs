@@ -372,6 +372,24 @@ impl DmaFile {
         enhanced_try!(source.collect_rw().await, "Writing", self.file).map_err(Into::into)
     }
 
+    // ringlog patch
+    /// Equivalent to [`DmaFile::write_rc_at`] for memory the caller shares with other
+    /// threads: `buf` stays alive until the write completes. Its bytes must meet the same
+    /// O_DIRECT alignment as a [`DmaBuffer`]'s (address, length and position).
+    pub async fn write_arc_at(
+        &self,
+        buf: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+        pos: u64,
+    ) -> Result<usize> {
+        let source = self.file.reactor.upgrade().unwrap().write_dma(
+            self.as_raw_fd(),
+            DmaSource::Arc(crate::sys::ArcSource(buf)),
+            pos,
+            self.pollable,
+        );
+        enhanced_try!(source.collect_rw().await, "Writing", self.file).map_err(Into::into)
+    }
+
     /// Reads from a specific position in the file and returns the buffer.
     ///
     /// The position must be aligned to for Direct I/O. In most platforms

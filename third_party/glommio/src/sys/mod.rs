@@ -366,6 +366,19 @@ impl Drop for SleepNotifier {
 pub(crate) enum DmaSource {
     Owned(DmaBuffer),
     Shared(Rc<DmaBuffer>),
+    // ringlog patch: aligned memory the caller shares with other threads (see
+    // `DmaFile::write_arc_at`).
+    Arc(ArcSource),
+}
+
+// ringlog patch
+pub(crate) struct ArcSource(pub(crate) Arc<dyn AsRef<[u8]> + Send + Sync>);
+
+// ringlog patch
+impl fmt::Debug for ArcSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ArcSource({} bytes)", (*self.0).as_ref().len())
+    }
 }
 
 impl DmaSource {
@@ -373,6 +386,7 @@ impl DmaSource {
         match self {
             DmaSource::Owned(buffer) => buffer.uring_buffer_id(),
             DmaSource::Shared(buffer) => buffer.uring_buffer_id(),
+            DmaSource::Arc(_) => None, // ringlog patch
         }
     }
 }
@@ -384,6 +398,7 @@ impl Deref for DmaSource {
         match &self {
             Self::Owned(buffer) => buffer.as_bytes(),
             Self::Shared(buffer) => buffer.as_bytes(),
+            Self::Arc(source) => (*source.0).as_ref(), // ringlog patch
         }
     }
 }
