@@ -7,9 +7,11 @@
 //! Invariants: a `SharedChunk` never changes once frozen; its memory is block aligned and
 //! comes from the global allocator (`glommio::allocate_dma_buffer_global`), never from a
 //! ring's registered arena, so any thread may read it, keep it as a spare and free it; a
-//! thread keeps at most `SPARE_BYTES_MAX` of spares.
+//! thread keeps at most `SPARE_BYTES_MAX` of spares, the most recently freed ones (the
+//! sizes in use now), so a burst of one size never keeps the spares from others.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -25,30 +27,41 @@ const SPARE_BYTES_MAX: usize = 4 << 20;
 thread_local! {
     static SPARES: RefCell<Spares> = const {
         RefCell::new(Spares {
-            buffers: Vec::new(),
+            buffers: VecDeque::new(),
             bytes: 0,
         })
     };
 }
 
-/// Memory of chunks that were freed on this thread, for reuse at the same size.
+/// Memory of chunks that were freed on this thread, for reuse at the same size: the oldest
+/// first, the newest last.
 struct Spares {
-    buffers: Vec<DmaBuffer>,
+    buffers: VecDeque<DmaBuffer>,
     bytes: usize,
 }
 
 impl Spares {
+    /// The newest spare of `capacity` bytes.
     fn take(&mut self, capacity: usize) -> Option<DmaBuffer> {
-        let index = self.buffers.iter().position(|b| b.len() == capacity)?;
+        let index = self.buffers.iter().rposition(|b| b.len() == capacity)?;
         self.bytes -= capacity;
-        Some(self.buffers.swap_remove(index))
+        self.buffers.remove(index)
     }
 
+    /// Keeps `buf`, freeing the oldest spares it leaves no room for.
     fn keep(&mut self, buf: DmaBuffer) {
-        if self.bytes + buf.len() <= SPARE_BYTES_MAX {
-            self.bytes += buf.len();
-            self.buffers.push(buf);
+        if buf.len() > SPARE_BYTES_MAX {
+            return;
         }
+        while self.bytes + buf.len() > SPARE_BYTES_MAX {
+            let oldest = self
+                .buffers
+                .pop_front()
+                .expect("spares hold the bytes counted");
+            self.bytes -= oldest.len();
+        }
+        self.bytes += buf.len();
+        self.buffers.push_back(buf);
     }
 }
 
@@ -175,12 +188,24 @@ mod tests {
         let again = ChunkMemory::allocate(16384);
         assert_eq!(again.as_bytes().as_ptr(), address, "the spare");
         assert_eq!(again.len(), 16384, "whole again");
-        // More than the bound of spares: the rest is freed.
+        // More than the bound of spares: the oldest are freed.
         let many: Vec<_> = (0..2 * SPARE_BYTES_MAX / 65536)
             .map(|_| ChunkMemory::allocate(65536).freeze(65536))
             .collect();
+        let newest = many.last().expect("many").as_bytes().as_ptr();
         drop(many);
         let kept = SPARES.with(|spares| spares.borrow().bytes);
         assert_eq!(kept, SPARE_BYTES_MAX);
+        // A size freed after a burst of another still finds its spare, and the newest spare
+        // of a size goes first.
+        let small = ChunkMemory::allocate(8192).freeze(8192);
+        let small_address = small.as_bytes().as_ptr();
+        drop(small);
+        assert!(SPARES.with(|spares| spares.borrow().bytes) <= SPARE_BYTES_MAX);
+        assert_eq!(
+            ChunkMemory::allocate(8192).as_bytes().as_ptr(),
+            small_address
+        );
+        assert_eq!(ChunkMemory::allocate(65536).as_bytes().as_ptr(), newest);
     }
 }
