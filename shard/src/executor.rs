@@ -2,9 +2,10 @@
 //! a node that shares the machine's CPUs with other processes (`pinned: false`, Redpanda's
 //! "overprovisioned"), each free to run on any CPU of the process's affinity mask.
 //!
-//! Invariants: never more shards than online CPUs; pinned shards on distinct CPUs; each shard's io_uring registered buffer
-//! arena stays at `io_memory_bytes` (locked memory is scarce: 8 MiB per process on small
-//! hosts), and glommio falls back to ordinary aligned allocations beyond it.
+//! Invariants: never more shards than online CPUs; pinned shards on distinct CPUs; each
+//! shard's io_uring registered buffer arena stays at `io_memory_bytes` (locked memory is
+//! scarce: 8 MiB per process on small hosts), and glommio falls back to ordinary aligned
+//! allocations beyond it.
 
 use std::future::Future;
 
