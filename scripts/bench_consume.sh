@@ -21,7 +21,8 @@
 #   CONSUMERS=4 GROUP=readers scripts/bench_consume.sh
 #
 # Prints one line per case: msgs/s, the fetch p99 and the node's CPU-seconds over the read.
-# Needs root (drop_caches), fio (a Debian package), Java and Maven (peer-kafka.sh).
+# Needs root (drop_caches), fio (installed with apt-get when missing), Java and Maven
+# (peer-kafka.sh).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "bench_consume.sh: line $LINENO failed (exit $?)" >&2' ERR
@@ -37,6 +38,10 @@ ringlog=${RINGLOG_BIN:-$target/release/ringlog}
 bench=${BENCH_BIN:-$target/release/ringlog-bench}
 if [ ! -x "$ringlog" ] || [ ! -x "$bench" ]; then
     cargo build --release --bins
+fi
+# Checked before the cases, so that a missing tool cannot fail the run after them.
+if ! command -v fio >/dev/null; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null
 fi
 work=$(mktemp -d)
 node_pid=
