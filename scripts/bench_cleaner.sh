@@ -51,14 +51,9 @@ port=${PORT:-19093}
 node_settings=
 for setting in ${NODE_SETTINGS:-}; do node_settings+=" --set $setting"; done
 quiet_busy_percent=${QUIET_BUSY_PERCENT:-10}
-target=${CARGO_TARGET_DIR:-$PWD/target}
-out=${OUT:-$target/bench-reports/cleaner-$(date -u +%Y%m%dT%H%M%SZ)}
-ringlog=${RINGLOG_BIN:-$target/release/ringlog}
-bench=${BENCH_BIN:-$target/release/ringlog-bench}
-if [ ! -x "$ringlog" ] || [ ! -x "$bench" ]; then
-    cargo build --release -p broker --bin ringlog -p bench --bin ringlog-bench
-fi
-mkdir -p "$out"
+# shellcheck source=scripts/bench_env.sh
+. scripts/bench_env.sh
+bench_env cleaner
 work=$(mktemp -d -t ringlog-cleaner.XXXXXX)
 node=
 cleanup() {

@@ -20,7 +20,8 @@
 #                                            only the cases named
 #   CONSUMERS=4 GROUP=readers scripts/bench_consume.sh
 #
-# Prints one line per case: msgs/s, the fetch p99 and the node's CPU-seconds over the read.
+# Prints one line per case: msgs/s, the fetch p99 and the node's CPU-seconds over the read;
+# the JSON of every read goes to $OUT (default target/bench-reports/consume-<UTC time>).
 # Needs root (drop_caches), fio (installed with apt-get when missing), Java and Maven
 # (peer-kafka.sh).
 set -Eeuo pipefail
@@ -33,12 +34,9 @@ consumers=${CONSUMERS:-1}
 group_args=()
 if [ -n "${GROUP:-}" ]; then group_args=(--group "$GROUP"); fi
 cache_bytes=${CACHE_BYTES:-2147483648}
-target=${CARGO_TARGET_DIR:-$PWD/target}
-ringlog=${RINGLOG_BIN:-$target/release/ringlog}
-bench=${BENCH_BIN:-$target/release/ringlog-bench}
-if [ ! -x "$ringlog" ] || [ ! -x "$bench" ]; then
-    cargo build --release --bins
-fi
+# shellcheck source=scripts/bench_env.sh
+. scripts/bench_env.sh
+bench_env consume
 # Checked before the cases, so that a missing tool cannot fail the run after them.
 if ! command -v fio >/dev/null; then
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null
@@ -55,7 +53,7 @@ trap cleanup EXIT
 # Writes the messages to $1 (bootstrap), reads them back, and prints case $2's line; $3 is
 # the node's pid, $4 "cold" to drop the page cache between writing and reading.
 write_then_read() {
-    local bootstrap=$1 case=$2 pid=$3 cold=${4:-} json="$work/$2.json" before after
+    local bootstrap=$1 case=$2 pid=$3 cold=${4:-} json="$out/$2-r$round.json" before after
     # The topic first, with one message: a partition's leader may refuse the first writes
     # for a moment after the topic is created (Kafka answers NOT_LEADER_OR_FOLLOWER), and
     # the generator does not retry.

@@ -31,14 +31,9 @@ rounds=${ROUNDS:-1}
 duration=${DURATION:-10s}
 producers=${PRODUCERS:-4}
 partitions=${PARTITIONS:-3}
-target=${CARGO_TARGET_DIR:-$PWD/target}
-out=${OUT:-$target/bench-reports/replication-$(date -u +%Y%m%dT%H%M%SZ)}
-ringlog=${RINGLOG_BIN:-$target/release/ringlog}
-bench=${BENCH_BIN:-$target/release/ringlog-bench}
-if [ ! -x "$ringlog" ] || [ ! -x "$bench" ]; then
-    cargo build --release --bins
-fi
-mkdir -p "$out"
+# shellcheck source=scripts/bench_env.sh
+. scripts/bench_env.sh
+bench_env replication
 work=$(mktemp -d)
 node_pid=
 cleanup() {
