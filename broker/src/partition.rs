@@ -17,8 +17,9 @@
 //!   answers, capped by its own writes. It moves backwards only when a follower truncates its
 //!   log below it; every forward move fires `high_watermark_moved`, so a fetch waiting for data
 //!   and a producer waiting for acks=all wake the moment it moves.
-//! - `written_moved` fires whenever the log's completed writes move: a follower's fetch,
-//!   which reads up to them, waits on it.
+//! - `written_moved` fires whenever the log's completed writes move, and when leadership
+//!   changes: a follower's fetch, which reads up to them, waits on it, and must end when
+//!   this node stops leading or the epoch it fetched in is over.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -180,6 +181,7 @@ impl Partition {
             .borrow_mut()
             .update(state, now_ms(), self.log.log_end_offset());
         self.high_watermark_moved.notify_all();
+        self.written_moved.notify_all();
         self.recompute_high_watermark();
     }
 

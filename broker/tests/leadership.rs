@@ -2,7 +2,7 @@
 //! - A preferred leader that was killed and came back gets its partitions back, by
 //!   ElectLeaders (`ringlog partition elect-leaders`) or by the controller's own periodic
 //!   balancing (`auto.leader.rebalance.enable`); acks=all goes on, nothing acknowledged is
-//!   lost.
+//!   lost; a follower's fetch waiting on the deposed leader is answered at once.
 //! - A partition whose only in-sync replica died stays offline (no clean election can pick
 //!   the out-of-sync replica) until an unclean election is asked for, by ElectLeaders or by
 //!   turning `unclean.leader.election.enable` on; the new leader is alone in the ISR, what
@@ -22,13 +22,17 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::cluster::{wait_for, Cluster};
 use common::replicated::{
-    leaders_among, produce_round, wait_isr, wait_readable, with_topic, PARTITIONS, TOPIC,
+    fetch_as_follower, leaders_among, produce_round, wait_isr, wait_readable, with_topic,
+    PARTITIONS, TOPIC,
 };
-use common::{alter_resource, batch, metadata, produce, read_values, topic_name, Client, Stopped};
+use common::{
+    alter_resource, batch, list_offset, metadata, produce, read_values, topic_name, Client, Stopped,
+};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
@@ -137,6 +141,9 @@ fn elect(
     (answer.error_code, results)
 }
 
+/// How long a follower's fetch in these tests asks the leader to wait for data.
+const FOLLOWER_WAIT_SECS: u64 = 30;
+
 #[test]
 fn a_returning_preferred_leader_gets_its_partitions_back_when_asked() {
     let mut settings = SETTINGS.to_vec();
@@ -155,6 +162,27 @@ fn a_returning_preferred_leader_gets_its_partitions_back_when_asked() {
         moved[&0].0, victim,
         "leadership does not come back by itself"
     );
+
+    // A follower's fetch waiting at the interim leader's log end (no writes come) ends the
+    // moment that leader is deposed, not when its wait runs out.
+    let interim = moved[&0].0;
+    let third = [1, 2, 3]
+        .into_iter()
+        .find(|&id| id != victim && id != interim)
+        .expect("three nodes");
+    let waiting = {
+        let mut client = cluster.client(interim);
+        let topic_id = metadata(&mut client, &[TOPIC]).topics[0].topic_id;
+        let log_end = list_offset(&mut client, TOPIC, -1, -2);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let wait_ms = FOLLOWER_WAIT_SECS as i32 * 1000;
+            let code = fetch_as_follower(&mut client, topic_id, third, 1, log_end, wait_ms);
+            (code, started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!waiting.is_finished(), "the fetch waits for data");
 
     // The tool asks for preferred leaders of the topic: partition 0 comes back, the others
     // needed no election.
@@ -178,6 +206,12 @@ fn a_returning_preferred_leader_gets_its_partitions_back_when_asked() {
     );
     let back = wait_preferred_leaders(&cluster, victim, TOPIC);
     assert_eq!(back, leaders);
+    let (code, waited) = waiting.join().expect("the fetch returns");
+    assert_eq!(code, ResponseError::NotLeaderOrFollower.code());
+    assert!(
+        waited < Duration::from_secs(FOLLOWER_WAIT_SECS / 2),
+        "the deposed leader held its follower's fetch for {waited:?}"
+    );
     // Every partition asked for by name again: not needed. All of them: nothing to answer.
     let all: Vec<i32> = (0..PARTITIONS).collect();
     let (top, results) = elect(&cluster, 2, 0, Some((TOPIC, &all)));

@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use common::cluster::{wait_for, Cluster};
 use common::replicated::{
-    leaders_among, produce_round, states, wait_isr, wait_readable, with_topic, Acknowledged,
-    PARTITIONS, TOPIC,
+    fetch_as_follower, leaders_among, produce_round, states, wait_isr, wait_readable, with_topic,
+    Acknowledged, PARTITIONS, TOPIC,
 };
 use common::{
     batch, commit_offset, committed_offset, find_coordinator, produce, read_values, Stopped,
@@ -202,41 +202,6 @@ fn a_lagging_follower_leaves_the_isr_and_rejoins_once_caught_up() {
     wait_readable(&cluster, &leaders, &acknowledged);
 }
 
-/// Fetch v15 of partition 0 of [`TOPIC`] at `offset`, as incarnation `broker_epoch` of
-/// follower `replica` says it is (KIP-903's replica state).
-fn fetch_as_replica(
-    client: &mut common::Client,
-    topic_id: uuid::Uuid,
-    replica: i32,
-    broker_epoch: i64,
-    offset: i64,
-) -> i16 {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
-    use kafka_protocol::messages::{BrokerId, FetchRequest, RequestKind, ResponseKind};
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_replica_state(
-            ReplicaState::default()
-                .with_replica_id(BrokerId(replica))
-                .with_replica_epoch(broker_epoch),
-        )
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_current_leader_epoch(-1)
-                .with_fetch_offset(offset)
-                .with_last_fetched_epoch(-1)
-                .with_partition_max_bytes(1 << 20)])]);
-    let ResponseKind::Fetch(answer) = client.call(15, RequestKind::Fetch(request)) else {
-        unreachable!()
-    };
-    answer.responses[0].partitions[0].error_code
-}
-
 #[test]
 fn a_replica_joins_the_isr_only_as_the_incarnation_the_metadata_registers() {
     // Brokers stay registered through a minute of silence: only the lag takes one out.
@@ -257,7 +222,10 @@ fn a_replica_joins_the_isr_only_as_the_incarnation_the_metadata_registers() {
     let log_end = acknowledged[&0].len() as i64;
     let started_at = std::time::Instant::now();
     while started_at.elapsed() < std::time::Duration::from_secs(3) {
-        assert_eq!(fetch_as_replica(&mut client, topic_id, hung, 0, log_end), 0);
+        assert_eq!(
+            fetch_as_follower(&mut client, topic_id, hung, 0, log_end, 0),
+            0
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
         let isr = states(&cluster, leader)[&0].1.clone();
         assert!(
@@ -267,7 +235,10 @@ fn a_replica_joins_the_isr_only_as_the_incarnation_the_metadata_registers() {
     }
     // As the registered incarnation, the same fetch brings it back.
     wait_for(|| {
-        assert_eq!(fetch_as_replica(&mut client, topic_id, hung, 1, log_end), 0);
+        assert_eq!(
+            fetch_as_follower(&mut client, topic_id, hung, 1, log_end, 0),
+            0
+        );
         states(&cluster, leader)[&0].1.contains(&hung).then_some(())
     });
     cluster.nodes[&hung].signal("CONT");

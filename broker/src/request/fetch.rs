@@ -11,7 +11,11 @@
 //! process cannot take back. A fetch at an offset between the high watermark and the log end
 //! finds no records and no error, as in Kafka. A waiting fetch is answered the moment a
 //! high watermark passes its offset: owners wait on their partitions'
-//! `high_watermark_moved` signals, and the first owner to see data ends the wait for all. Fetch sessions (KIP-227) are declined: the node answers session id 0, so clients
+//! `high_watermark_moved` signals, and the first owner to see data ends the wait for all. A
+//! follower's fetch waits for new completed writes (`written_moved`) only: as in Kafka, a
+//! moved high watermark alone does not answer it (the follower learns it with its next
+//! data, or when its wait ends), which would cost each follower one more round trip for
+//! every move. Fetch sessions (KIP-227) are declined: the node answers session id 0, so clients
 //! keep sending full fetch requests; an incremental request for a session we never created
 //! gets FETCH_SESSION_ID_NOT_FOUND. Only a partition's leader serves it
 //! (NOT_LEADER_OR_FOLLOWER elsewhere), and a `current_leader_epoch` (v9+) that is not the
@@ -523,14 +527,18 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
         })
         .collect();
     let stopping = shard.stopping.generation();
-    let generations: Vec<(u64, u64)> = partitions
+    // A follower wakes for new writes (and a change of leadership, which fires the same
+    // signal); a consumer for the high watermark.
+    fn signal(p: &crate::partition::Partition, follower: bool) -> &shard::Notify {
+        if follower {
+            &p.written_moved
+        } else {
+            &p.high_watermark_moved
+        }
+    }
+    let generations: Vec<u64> = partitions
         .iter()
-        .map(|(p, _)| {
-            (
-                p.high_watermark_moved.generation(),
-                p.written_moved.generation(),
-            )
-        })
+        .map(|(p, _)| signal(p, follower).generation())
         .collect();
     // What a consumer may read ends at the high watermark, what a follower may at the
     // completed writes.
@@ -549,15 +557,10 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
     {
         return;
     }
-    // A follower wakes for new writes and for a moved high watermark; a consumer for the
-    // high watermark only.
     let mut changes: Vec<_> = partitions
         .iter()
         .zip(&generations)
-        .flat_map(|((partition, _), (moved, written))| {
-            let written = follower.then(|| partition.written_moved.changed_since(*written));
-            std::iter::once(partition.high_watermark_moved.changed_since(*moved)).chain(written)
-        })
+        .map(|((partition, _), generation)| signal(partition, follower).changed_since(*generation))
         .collect();
     let mut stop = shard.stopping.changed_since(stopping);
     let any_change = futures_lite::future::poll_fn(|cx| {

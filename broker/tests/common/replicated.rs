@@ -154,3 +154,41 @@ pub fn wait_readable(cluster: &Cluster, leaders: &BTreeMap<i32, i32>, acknowledg
         });
     }
 }
+
+/// Fetch v15 of partition 0 of [`TOPIC`] at `offset` as follower `replica`, incarnation
+/// `broker_epoch` (KIP-903's replica state), waiting up to `max_wait_ms` for at least one
+/// byte: the partition's error code.
+pub fn fetch_as_follower(
+    client: &mut Client,
+    topic_id: uuid::Uuid,
+    replica: i32,
+    broker_epoch: i64,
+    offset: i64,
+    max_wait_ms: i32,
+) -> i16 {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+    use kafka_protocol::messages::{BrokerId, FetchRequest};
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(BrokerId(replica))
+                .with_replica_epoch(broker_epoch),
+        )
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(-1)
+                .with_partition_max_bytes(1 << 20)])]);
+    let ResponseKind::Fetch(answer) = client.call(15, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    answer.responses[0].partitions[0].error_code
+}
