@@ -111,7 +111,7 @@ cluster() { # $1 case, $2 replicas
     CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" scripts/cluster.sh stop >/dev/null
 }
 
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), one partition, acks=1, ${seconds}s each"
+echo "# $(date -u +%FT%TZ) $ringlog ($(git rev-parse --short HEAD) checked out), one partition, acks=1, ${seconds}s each"
 for round in $(seq 1 "$rounds"); do
     echo "## round $round"
     node node-alone 0
