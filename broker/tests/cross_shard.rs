@@ -6,7 +6,9 @@
 //! unknown partition in the middle; answers must follow the request's order exactly. Then
 //! several requests are written back to back before any answer is read (the harness checks
 //! each answer's correlation id). Last, a fetch parked at the log end with a long
-//! `max_wait_ms` must return soon after another connection produces.
+//! `max_wait_ms` must return soon after another connection produces, and one that asks for
+//! more bytes (`min_bytes`) than there are waits out its `max_wait_ms` without spending the
+//! node's CPU.
 
 mod common;
 
@@ -218,4 +220,90 @@ fn a_small_fetch_budget_reaches_the_first_partition_with_data() {
             }
         }
     }
+}
+
+/// User + system CPU seconds of process `pid` so far (`/proc/<pid>/stat`, USER_HZ ticks).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the node's stat");
+    let after_name = &stat[stat.rfind(')').expect("stat format") + 1..];
+    let ticks: u64 = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|field| field.parse::<u64>().expect("a tick count"))
+        .sum();
+    ticks as f64 / 100.0
+}
+
+#[test]
+fn a_fetch_short_of_its_min_bytes_waits_without_spinning() {
+    let node = Node::start(&[]);
+    let mut client = node.connect();
+    create(&mut client);
+    let ResponseKind::Produce(answer) = client.call(9, RequestKind::Produce(produce_request(0)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(answer.responses[0].partition_responses.len(), ORDER.len());
+    // Every partition has one small batch at 0: far less than a megabyte, which no write
+    // comes to complete, so the fetch is answered at its deadline with what there is.
+    // (An unknown partition would answer at once with its error: only the real ones.)
+    let existing: Vec<i32> = ORDER.iter().copied().filter(|&p| p != 99).collect();
+    let wait = Duration::from_millis(2000);
+    let request = fetch_request(&existing, |_| 0, wait.as_millis() as i32).with_min_bytes(1 << 20);
+    let cpu_before = cpu_seconds(node.child.id());
+    let started = Instant::now();
+    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let waited = started.elapsed();
+    let cpu = cpu_seconds(node.child.id()) - cpu_before;
+    assert!(
+        waited >= wait - Duration::from_millis(50),
+        "answered after {waited:?}"
+    );
+    let records = |answer: &FetchResponse| -> (usize, usize) {
+        let partitions = &answer.responses[0].partitions;
+        let count = partitions
+            .iter()
+            .map(|p| p.records.as_ref().map(values).unwrap_or_default().len())
+            .sum();
+        let bytes = partitions
+            .iter()
+            .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+            .sum();
+        (count, bytes)
+    };
+    let (got, bytes) = records(&answer);
+    assert_eq!(got, existing.len(), "one record from each partition");
+    // Spinning (reading again and again while short of min_bytes) keeps a shard busy for
+    // the whole wait: about 2 CPU-seconds. Waiting costs next to nothing.
+    assert!(
+        cpu < 0.5,
+        "the node spent {cpu:.2} CPU-s on a {waited:?} wait"
+    );
+
+    // One byte more than there is: the next write, on any shard, completes the fetch.
+    let request = fetch_request(&existing, |_| 0, 30_000).with_min_bytes(bytes as i32 + 1);
+    let mut producer = node.connect();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let ResponseKind::Produce(answer) =
+            producer.call(9, RequestKind::Produce(produce_request(1)))
+        else {
+            unreachable!()
+        };
+        assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+    });
+    let started = Instant::now();
+    let ResponseKind::Fetch(answer) = client.call(12, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let waited = started.elapsed();
+    writer.join().expect("the producer");
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+    assert!(records(&answer).0 > existing.len(), "with the new records");
 }

@@ -69,6 +69,10 @@ struct Part {
     topic: String,
     partition: i32,
     offset: i64,
+    /// The end of what this fetch has already seen of the partition (its offset until a read
+    /// shows more): a waiting fetch waits for visible data past it, so one short of its
+    /// `min_bytes` waits for more to land instead of reading the same bytes again.
+    seen_end: i64,
     max_bytes: usize,
     /// -1: no check.
     current_leader_epoch: i32,
@@ -137,6 +141,7 @@ pub async fn handle(
                 topic: name.clone(),
                 partition: wanted.partition,
                 offset: wanted.fetch_offset,
+                seen_end: wanted.fetch_offset,
                 max_bytes: wanted.partition_max_bytes.max(1) as usize,
                 current_leader_epoch: if version >= 9 {
                     wanted.current_leader_epoch
@@ -177,12 +182,18 @@ pub async fn handle(
         for ((topic_index, partition_index), data) in answers {
             response.responses[topic_index].partitions[partition_index] = data;
         }
-        // A follower woken by a moved high watermark takes it back at once.
+        // A follower woken by new writes takes them at once, however few.
         let follower_woken = woken && replica_id >= 0;
         if total_bytes >= min_bytes || failed || follower_woken || Instant::now() >= deadline {
             break held;
         }
         drop(held); // nothing worth holding while waiting
+                    // Short of min_bytes: what was just read is seen, and only more wakes the wait.
+        for part in parts_by_owner.iter_mut().flatten() {
+            let (topic_index, partition_index) = part.slot;
+            let read = &response.responses[topic_index].partitions[partition_index];
+            part.seen_end = part.seen_end.max(read.high_watermark);
+        }
         wait_for_data(shard, &parts_by_owner, deadline).await;
         woken = true;
     };
@@ -514,8 +525,8 @@ async fn wait_for_data(shard: &Rc<Shard>, parts_by_owner: &[Vec<Part>], deadline
     futures_lite::future::or(woken.changed_since(before), timer).await;
 }
 
-/// Runs on the owning shard: waits until a part's partition has visible data at its offset,
-/// the deadline passes, or the shard stops.
+/// Runs on the owning shard: waits until a part's partition has visible data past what the
+/// fetch has seen of it (`Part::seen_end`), the deadline passes, or the shard stops.
 async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
     let follower = parts.first().is_some_and(|part| part.replica_id >= 0);
     let partitions: Vec<_> = parts
@@ -523,7 +534,7 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
         .filter_map(|part| {
             shard
                 .partition(&part.topic, part.partition)
-                .map(|p| (p, part.offset))
+                .map(|p| (p, part.seen_end))
         })
         .collect();
     let stopping = shard.stopping.generation();
@@ -552,7 +563,7 @@ async fn wait_on_owner(shard: Rc<Shard>, parts: Vec<Part>, deadline: Instant) {
     // Checked after reading the generations, so an append in between is never missed.
     if partitions
         .iter()
-        .any(|(p, offset)| visible_end(p) > *offset)
+        .any(|(p, seen_end)| visible_end(p) > *seen_end)
         || shard.is_stopped()
     {
         return;
