@@ -628,7 +628,18 @@ impl Controller {
                 metadata_offset: controller.metadata_end_offset() as i64,
                 want_fence: false,
             };
-            if let Err(refusal) = controller.execute_or_forward(Some(&shard), request).await {
+            // Bounded by the interval: a forward whose frame the transport dropped (a
+            // connection lost, a full queue) is never answered, and a heartbeat that waited
+            // for it would stop every later one until this node is fenced.
+            let beat = controller.execute_or_forward(Some(&shard), request);
+            let unanswered = async {
+                glommio::timer::sleep(shard.config.heartbeat_interval).await;
+                Err(Refusal::new(
+                    ResponseError::RequestTimedOut,
+                    "no answer within broker.heartbeat.interval.ms",
+                ))
+            };
+            if let Err(refusal) = futures_lite::future::or(beat, unanswered).await {
                 tracing::debug!(message = refusal.message, "a heartbeat was not taken");
             }
         }

@@ -352,9 +352,13 @@ impl Waiting {
         }
     }
 
-    /// Fails forwarded requests whose leader is no longer the leader.
+    /// Fails forwarded requests whose leader is no longer the leader, and forgets those
+    /// whose caller stopped waiting (a bounded wait ran out: its frame may have been lost).
     fn settle_forwards(&mut self, leader: Option<u64>) {
         self.forwards.retain(|_, (to, reply)| {
+            if reply.is_disconnected() {
+                return false;
+            }
             let keep = Some(*to) == leader;
             if !keep {
                 let _ = reply.send(Err(format!("voter {to} stopped leading")));
@@ -565,6 +569,34 @@ mod connection_tests {
         assert!(
             connections.lost_since.is_empty(),
             "silence or a refusal says nothing of the peer's life"
+        );
+    }
+}
+
+#[cfg(test)]
+mod forward_tests {
+    use super::Waiting;
+
+    #[test]
+    fn forwards_are_failed_when_their_leader_goes_and_forgotten_when_their_caller_does() {
+        let mut waiting = Waiting::default();
+        let (to_gone, gone_answer) = flume::bounded(1);
+        let (to_waiting, waiting_answer) = flume::bounded(1);
+        let (to_deposed, deposed_answer) = flume::bounded(1);
+        waiting.forwards.insert(1, (2, to_gone));
+        waiting.forwards.insert(2, (2, to_waiting));
+        waiting.forwards.insert(3, (3, to_deposed));
+        // The first caller's bounded wait ran out: nobody will read its answer.
+        drop(gone_answer);
+        waiting.settle_forwards(Some(2));
+        assert_eq!(waiting.forwards.keys().copied().collect::<Vec<_>>(), [2]);
+        assert!(
+            waiting_answer.try_recv().is_err(),
+            "still waiting for voter 2"
+        );
+        assert_eq!(
+            deposed_answer.try_recv().expect("answered"),
+            Err("voter 3 stopped leading".to_string())
         );
     }
 }
