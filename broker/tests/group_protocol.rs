@@ -4,7 +4,7 @@
 //! that every refusal can be provoked on purpose: unknown members, stale generations,
 //! fenced static members, rebalances in progress, commits for unknown topics, bad session
 //! timeouts and inconsistent protocols. A flood of joins must leave the coordinator
-//! serving a normal member. Last, committed offsets and the group's generation must
+//! serving a normal member, and refused joins of group ids never used leave no group. Last, committed offsets and the group's generation must
 //! survive `kill -9` and a restart, because commits are fdatasync'ed before the answer.
 
 mod common;
@@ -287,6 +287,42 @@ fn static_members_fence_their_predecessors() {
         unreachable!()
     };
     assert_eq!(answer.error_code, FENCED_INSTANCE_ID);
+}
+
+/// The group ids ListGroups (v4, every state) names.
+fn listed_groups(client: &mut Client) -> Vec<String> {
+    let request = ListGroupsRequest::default();
+    let ResponseKind::ListGroups(answer) = client.call(4, RequestKind::ListGroups(request)) else {
+        unreachable!()
+    };
+    assert_eq!(answer.error_code, 0);
+    answer
+        .groups
+        .iter()
+        .map(|g| g.group_id.as_str().to_string())
+        .collect()
+}
+
+#[test]
+fn refused_joins_of_new_groups_leave_no_group_behind() {
+    let node = node();
+    let mut client = node.connect();
+    find_coordinator(&mut client, "kept");
+    let kept = join_member(&mut client, "kept");
+    assert_eq!(kept.error_code, 0);
+    // A member id the coordinator never handed out, for group ids it never saw.
+    for i in 0..500 {
+        let answer = join(
+            &mut client,
+            &format!("g{i}"),
+            "stranger",
+            None,
+            "range",
+            10_000,
+        );
+        assert_eq!(answer.error_code, UNKNOWN_MEMBER_ID);
+    }
+    assert_eq!(listed_groups(&mut client), vec!["kept".to_string()]);
 }
 
 #[test]

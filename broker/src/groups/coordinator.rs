@@ -210,11 +210,19 @@ impl GroupCoordinator {
         let (waiter, answer) = flume::bounded(1);
         let (rejoin, (key, value)) = {
             let mut groups = self.groups.borrow_mut();
+            let new = !groups.contains_key(group_id);
             let group = groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| Group::new(group_id));
             match group.join(request, waiter, self.limits(), Instant::now()) {
-                Joined::Now(immediate) => return JoinStep::Answer(immediate),
+                Joined::Now(immediate) => {
+                    // A refused join of a group nobody had used leaves nothing behind: a
+                    // client naming new group ids could otherwise grow the map forever.
+                    if new && group.is_unused() {
+                        groups.remove(group_id);
+                    }
+                    return JoinStep::Answer(immediate);
+                }
                 Joined::Waiting => return JoinStep::Wait(answer),
                 Joined::Persist(rejoin) => (rejoin, snapshot(group)),
             }

@@ -245,6 +245,12 @@ impl Group {
         self.members.is_empty()
     }
 
+    /// No member, no member id handed out, no static member: nothing that a later request
+    /// could refer to.
+    pub fn is_unused(&self) -> bool {
+        self.members.is_empty() && self.pending.is_empty() && self.static_members.is_empty()
+    }
+
     /// Handles JoinGroup: answered now, after the rebalance on `waiter`, or (a static
     /// member's rejoin) on `waiter` once the caller has persisted the group.
     pub fn join(
