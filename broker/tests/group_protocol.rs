@@ -4,7 +4,8 @@
 //! that every refusal can be provoked on purpose: unknown members, stale generations,
 //! fenced static members, rebalances in progress, commits for unknown topics, bad session
 //! timeouts and inconsistent protocols. A flood of joins must leave the coordinator
-//! serving a normal member, and refused joins of group ids never used leave no group. Last, committed offsets and the group's generation must
+//! serving a normal member, refused joins of group ids never used leave no group, and a
+//! group left with no committed offset is dropped at the next cleanup. Last, committed offsets and the group's generation must
 //! survive `kill -9` and a restart, because commits are fdatasync'ed before the answer.
 
 mod common;
@@ -323,6 +324,57 @@ fn refused_joins_of_new_groups_leave_no_group_behind() {
         assert_eq!(answer.error_code, UNKNOWN_MEMBER_ID);
     }
     assert_eq!(listed_groups(&mut client), vec!["kept".to_string()]);
+}
+
+/// LeaveGroup (v1) of `member`.
+fn leave(client: &mut Client, group: &str, member: &str) -> i16 {
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(text(group)))
+        .with_member_id(text(member));
+    let ResponseKind::LeaveGroup(answer) = client.call(1, RequestKind::LeaveGroup(request)) else {
+        unreachable!()
+    };
+    answer.error_code
+}
+
+#[test]
+fn a_group_left_without_offsets_is_dropped_and_one_with_offsets_kept() {
+    let node = Node::start(&[
+        "group.initial.rebalance.delay.ms=0",
+        "offsets.topic.num.partitions=4",
+        "offsets.retention.check.interval.ms=500",
+    ]);
+    let mut client = node.connect();
+    create_topic(&mut client, "t", 1);
+    find_coordinator(&mut client, "gone");
+    find_coordinator(&mut client, "kept");
+    for group in ["gone", "kept"] {
+        let member = join_member(&mut client, group);
+        let id = member.member_id.to_string();
+        assert_eq!(
+            sync(&mut client, group, &id, member.generation_id).error_code,
+            0
+        );
+        if group == "kept" {
+            assert_eq!(
+                commit(&mut client, group, &id, member.generation_id, "t", 5),
+                0
+            );
+        }
+        assert_eq!(leave(&mut client, group, &id), 0);
+    }
+    // Bounded: a few check intervals.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while listed_groups(&mut client).contains(&"gone".to_string()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unused group stays"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(listed_groups(&mut client), vec!["kept".to_string()]);
+    assert_eq!(committed(&mut client, "kept", "t"), 5);
 }
 
 #[test]

@@ -16,6 +16,9 @@ pub struct GroupConfig {
     pub offsets_partitions: i32,
     /// `offsets.retention.minutes`: committed offsets of an empty group expire after this.
     pub offsets_retention: Duration,
+    /// `offsets.retention.check.interval.ms`: how often a group with no member and no
+    /// committed offset left is dropped (as Kafka's group metadata cleanup does).
+    pub offsets_retention_check_interval: Duration,
     /// `offset.metadata.max.bytes`: the largest metadata string of a commit.
     pub offset_metadata_bytes_max: usize,
     /// `group.initial.rebalance.delay.ms`: a new group waits this long for more members.
@@ -32,6 +35,7 @@ pub(super) const KEYS: &[&str] = &[
     "offsets.topic.num.partitions",
     "offsets.topic.replication.factor",
     "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms",
     "offset.metadata.max.bytes",
     "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",
@@ -55,6 +59,8 @@ impl GroupConfig {
             )?,
             offsets_partitions: settings.number("offsets.topic.num.partitions", "50", 1, 10_000)?,
             offsets_retention: Duration::from_secs(60 * retention_minutes),
+            offsets_retention_check_interval: settings
+                .positive_ms("offsets.retention.check.interval.ms", "600000")?,
             offset_metadata_bytes_max: settings.number(
                 "offset.metadata.max.bytes",
                 "4096",

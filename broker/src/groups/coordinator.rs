@@ -438,6 +438,7 @@ impl GroupCoordinator {
     /// their deadlines, and drops offsets of empty groups older than the retention.
     pub async fn sweep_forever(shard: Rc<Shard>) {
         let mut last_retention_check = Instant::now();
+        let mut last_cleanup = Instant::now();
         loop {
             glommio::timer::sleep(SWEEP_INTERVAL).await;
             if shard.is_stopped() {
@@ -465,6 +466,12 @@ impl GroupCoordinator {
             if now.duration_since(last_retention_check) >= Duration::from_secs(1) {
                 last_retention_check = now;
                 coordinator.expire_offsets(&shard).await;
+            }
+            if now.duration_since(last_cleanup)
+                >= coordinator.config.offsets_retention_check_interval
+            {
+                last_cleanup = now;
+                coordinator.drop_unused_groups(&shard).await;
             }
         }
     }

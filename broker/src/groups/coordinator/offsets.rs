@@ -207,8 +207,30 @@ impl GroupCoordinator {
                     committed.remove(&(topic, index));
                 }
             }
+            if committed.is_empty() {
+                offsets.remove(group_id);
+            }
         }
         Ok(codes)
+    }
+
+    /// Drops every group with no member, no member id handed out and no committed offset
+    /// (writing its tombstone, as DeleteGroups does): what Kafka's periodic group metadata
+    /// cleanup removes, so that groups used once do not stay forever.
+    pub(super) async fn drop_unused_groups(&self, shard: &Shard) {
+        let unused: Vec<String> = {
+            let offsets = self.offsets.borrow();
+            self.groups
+                .borrow()
+                .values()
+                .filter(|group| group.is_unused() && !offsets.contains_key(&group.id))
+                .map(|group| group.id.clone())
+                .collect()
+        };
+        for group_id in unused {
+            tracing::debug!(group = %group_id, "dropping a group with no member and no offset");
+            let _ = self.delete(shard, &group_id).await;
+        }
     }
 
     /// Offsets of empty groups expire `offsets.retention.minutes` after their commit.
