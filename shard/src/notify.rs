@@ -53,7 +53,8 @@ impl Notify {
     }
 
     /// Waiters registered now (pending [`Changed`] futures that were polled).
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.waiters.borrow().len()
     }
 

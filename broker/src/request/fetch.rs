@@ -188,7 +188,8 @@ pub async fn handle(
             break held;
         }
         drop(held); // nothing worth holding while waiting
-                    // Short of min_bytes: what was just read is seen, and only more wakes the wait.
+
+        // Short of min_bytes: what was just read is seen, and only more wakes the wait.
         for part in parts_by_owner.iter_mut().flatten() {
             let (topic_index, partition_index) = part.slot;
             let read = &response.responses[topic_index].partitions[partition_index];
