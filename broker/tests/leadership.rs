@@ -27,12 +27,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::cluster::{wait_for, Cluster};
 use common::replicated::{
-    fetch_as_follower, leaders_among, produce_round, wait_isr, wait_readable, with_topic,
-    PARTITIONS, TOPIC,
+    fetch_as_follower, leaders_among, produce_round, produce_to_leader, wait_isr, wait_readable,
+    with_topic, PARTITIONS, TOPIC,
 };
-use common::{
-    alter_resource, batch, list_offset, metadata, produce, read_values, topic_name, Client, Stopped,
-};
+use common::{alter_resource, list_offset, metadata, read_values, topic_name, Client, Stopped};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
@@ -276,10 +274,7 @@ fn create_on(client: &mut Client, topic: &str, replicas: &[i32], configs: &[(&st
 fn produce_all(cluster: &Cluster, leader: i32, topic: &str, acks: i16, values: &[&str]) {
     let mut client = cluster.client(leader);
     for value in values {
-        let code = wait_for(|| {
-            let (code, _) = produce(&mut client, topic, 0, batch(&[value.as_bytes()]), acks);
-            (code != ResponseError::UnknownTopicOrPartition.code()).then_some(code)
-        });
+        let code = produce_to_leader(&mut client, topic, 0, value, acks);
         assert_eq!(code, 0, "{value} to {topic} on {leader}");
     }
 }
@@ -342,8 +337,7 @@ fn an_offline_partition_comes_back_only_by_an_unclean_election() {
     wait_for(|| (partitions(&cluster, 3, configured)[&0].0 == 2).then_some(()));
 
     for topic in [asked, configured] {
-        // Broker 2 serves once its own image names it leader.
-        wait_for(|| (partitions(&cluster, 2, topic)[&0].0 == 2).then_some(()));
+        cluster.wait_serving(2, topic, 0);
         let both: Vec<Bytes> = vec![Bytes::from("both-a"), Bytes::from("both-b")];
         wait_for(|| (read_values(&mut cluster.client(2), topic, 0) == both).then_some(()));
         produce_all(&cluster, 2, topic, -1, &["after-unclean"]);
@@ -474,6 +468,7 @@ fn replicas_move_to_other_brokers_with_their_data() {
     for id in [2, 3] {
         assert!(holds_copy(&cluster, id, topic), "broker {id} holds a copy");
     }
+    cluster.wait_serving(2, topic, 0);
     assert_eq!(read_values(&mut cluster.client(2), topic, 0), expected);
     produce_all(&cluster, 2, topic, -1, &["after-move"]);
 
@@ -518,6 +513,7 @@ fn replicas_move_to_other_brokers_with_their_data() {
     assert_eq!(reassign(&cluster, 3, topic, Some(&[3]), true), 0);
     let (leader, replicas, _) = partitions(&cluster, 3, topic)[&0].clone();
     assert_eq!((leader, replicas), (3, vec![3]));
+    cluster.wait_serving(3, topic, 0);
     let mut all = expected;
     all.push(Bytes::from("after-move"));
     wait_for(|| (read_values(&mut cluster.client(3), topic, 0) == all).then_some(()));
@@ -629,5 +625,6 @@ fn a_throttled_move_copies_no_faster_than_its_rate() {
     let expected: Vec<Bytes> = values.iter().map(|v| Bytes::from(v.to_string())).collect();
     wait_for(|| (partitions(&cluster, 1, topic)[&0].0 >= 1).then_some(()));
     let leader = partitions(&cluster, 1, topic)[&0].0;
+    cluster.wait_serving(leader, topic, 0);
     assert_eq!(read_values(&mut cluster.client(leader), topic, 0), expected);
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{MetadataResponse, RequestKind, ResponseKind};
 
-use super::{metadata, Client, Host, Node};
+use super::{metadata, try_fetch_at, Client, Host, Node};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 pub const CLUSTER_ID: &str = "q3ClusterTestsXXXXXXXw";
@@ -185,6 +185,22 @@ impl Cluster {
             let first = named[0];
             (named.iter().all(|&c| c == first) && self.nodes.contains_key(&first)).then_some(first)
         })
+    }
+
+    /// Waits until node `id` serves `topic`-`partition` as its leader. A node names a new
+    /// leader in Metadata once the shard that answers has applied the change; the shard that
+    /// owns the partition applies it on its own, a moment later at most.
+    #[track_caller]
+    pub fn wait_serving(&self, id: i32, topic: &str, partition: i32) {
+        let refused = kafka_protocol::error::ResponseError::NotLeaderOrFollower.code();
+        wait_for(
+            || match try_fetch_at(&mut self.client(id), topic, partition, 0) {
+                Err(code) if code == refused => None,
+                answer => Some(answer.unwrap_or_else(|code| {
+                    panic!("node {id} refuses {topic}-{partition}: error {code}")
+                })),
+            },
+        );
     }
 }
 

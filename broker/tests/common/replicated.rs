@@ -106,6 +106,27 @@ pub fn wait_isr(cluster: &Cluster, isr: &[i32]) {
     });
 }
 
+/// Produces a batch of one record `value` to `topic`-`partition` on the node `client` is
+/// connected to, which Metadata names its leader: the answer's error code. The leader's
+/// shard may open the partition, or take its leadership, a moment after its Metadata names
+/// it: those answers are retried, as clients retry them.
+pub fn produce_to_leader(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+    value: &str,
+    acks: i16,
+) -> i16 {
+    let retriable = [
+        ResponseError::UnknownTopicOrPartition.code(),
+        ResponseError::NotLeaderOrFollower.code(),
+    ];
+    wait_for(|| {
+        let (code, _) = produce(client, topic, partition, batch(&[value.as_bytes()]), acks);
+        (!retriable.contains(&code)).then_some(code)
+    })
+}
+
 /// Produces ten batches of one record to each partition through its leader with
 /// `acks`, expecting `error` for each; what was acknowledged is added to `acknowledged`.
 pub fn produce_round(
@@ -120,13 +141,7 @@ pub fn produce_round(
         let mut client = cluster.client(leader);
         for i in 0..10 {
             let value = format!("{round}-{partition}-{i}");
-            // A leader's shard may open the partition a moment after its Metadata lists
-            // it: that answer is retriable, as clients take it.
-            let code = wait_for(|| {
-                let records = batch(&[value.as_bytes()]);
-                let (code, _) = produce(&mut client, TOPIC, partition, records, acks);
-                (code != ResponseError::UnknownTopicOrPartition.code()).then_some(code)
-            });
+            let code = produce_to_leader(&mut client, TOPIC, partition, &value, acks);
             assert_eq!(code, error, "{value} with acks={acks} on leader {leader}");
             if code == 0 {
                 acknowledged
