@@ -262,7 +262,9 @@ fn get_bytes(bytes: &mut Bytes) -> Result<Bytes, String> {
         return Ok(Bytes::new());
     }
     need(bytes, length as usize)?;
-    Ok(bytes.split_to(length as usize))
+    // A copy: a group keeps these for as long as it lives, and a slice would keep the whole
+    // read of the offsets log it came from (up to a cache chunk) alive with it.
+    Ok(Bytes::copy_from_slice(&bytes.split_to(length as usize)))
 }
 
 #[cfg(test)]
@@ -304,7 +306,17 @@ mod tests {
             }],
         });
         assert_eq!(decode_key(encode_key(&key)), Ok(Some(key.clone())));
-        assert_eq!(decode_value(&key, encode_value(&value)), Ok(value));
+        let encoded = encode_value(&value);
+        let decoded = decode_value(&key, encoded.clone());
+        assert_eq!(decoded, Ok(value));
+        // What a group keeps does not pin the read of the log it was loaded from.
+        let Ok(RecordValue::Group(group)) = decoded else {
+            unreachable!("decoded above")
+        };
+        let read = encoded.as_ptr_range();
+        for kept in [&group.members[0].subscription, &group.members[0].assignment] {
+            assert!(!read.contains(&kept.as_ptr()), "a slice of the read");
+        }
     }
 
     #[test]

@@ -76,3 +76,27 @@ pub async fn ensure_offsets_topic(shard: &Rc<Shard>) -> Result<(), i16> {
 pub fn string(value: &kafka_protocol::protocol::StrBytes) -> String {
     value.as_str().to_string()
 }
+
+/// A copy of bytes a group keeps after the request is answered (a member's protocol
+/// metadata, an assignment): a slice of the request would keep the connection's whole
+/// receive buffer alive, outside the request budget that covered it, for as long as the
+/// member lives.
+pub fn owned(value: &bytes::Bytes) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(value)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kept_bytes_share_nothing_with_the_request() {
+        let received = bytes::Bytes::from(vec![7u8; 1 << 20]);
+        let metadata = received.slice(1000..1100);
+        let kept = super::owned(&metadata);
+        assert_eq!(kept, metadata);
+        let buffer = received.as_ptr_range();
+        assert!(
+            !buffer.contains(&kept.as_ptr()),
+            "a slice of the receive buffer"
+        );
+    }
+}

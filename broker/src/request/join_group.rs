@@ -9,7 +9,7 @@ use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
-use super::group_route::{on_coordinator, string};
+use super::group_route::{on_coordinator, owned, string};
 use crate::groups::coordinator::JoinStep;
 use crate::groups::group::{JoinOutcome, JoinRequest};
 use crate::shard_state::Shard;
@@ -39,7 +39,7 @@ pub async fn handle(
         protocols: request
             .protocols
             .iter()
-            .map(|p| (string(&p.name), p.metadata.clone()))
+            .map(|p| (string(&p.name), owned(&p.metadata)))
             .collect(),
         require_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,

@@ -7,7 +7,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ResponseKind, SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::group_route::{on_coordinator, string};
+use super::group_route::{on_coordinator, owned, string};
 use crate::errors::code;
 use crate::groups::group::SyncOutcome;
 use crate::shard_state::Shard;
@@ -20,7 +20,7 @@ pub async fn handle(shard: &Rc<Shard>, request: SyncGroupRequest, version: i16) 
     let assignments: Vec<(String, bytes::Bytes)> = request
         .assignments
         .iter()
-        .map(|a| (string(&a.member_id), a.assignment.clone()))
+        .map(|a| (string(&a.member_id), owned(&a.assignment)))
         .collect();
     let group = group_id.clone();
     let outcome = on_coordinator(shard, &group_id, move |owner: Rc<Shard>| async move {
