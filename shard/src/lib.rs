@@ -10,14 +10,13 @@
 
 pub mod executor;
 pub mod mesh;
-pub mod notify;
 pub mod placement;
 pub mod router;
 pub mod turns;
 
 pub use executor::{run_shards, ShardsConfig};
 pub use mesh::{Endpoint, Mesh, SendError};
-pub use notify::Notify;
 pub use placement::{shard_for, ShardId};
 pub use router::{Job, Pending, Router, ShardStopped};
+pub use signal::Notify;
 pub use turns::{Ticket, Turns};

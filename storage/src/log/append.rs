@@ -274,7 +274,7 @@ impl Log {
     /// After a store, with the state no longer borrowed: wakes the writer, and has the
     /// leader-epoch checkpoint written if the cache changed.
     fn stored(&self, epochs_changed: bool) {
-        self.inner.signals.writer.notify();
+        self.inner.signals.writer.notify_all();
         if epochs_changed {
             self.inner.persist_epochs_later();
         }

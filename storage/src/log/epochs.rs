@@ -129,7 +129,7 @@ impl Inner {
                 .await;
             if let (Err(error), Some(inner)) = (written, log.upgrade()) {
                 inner.latch(&error);
-                inner.signals.progress.notify();
+                inner.signals.progress.notify_all();
             }
         })
         .detach();

@@ -43,9 +43,9 @@ use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
 
 use bytes::Bytes;
+use signal::Notify;
 
 use crate::batch::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 use crate::cache::BatchCache;
@@ -220,40 +220,10 @@ struct Inner {
 #[derive(Default)]
 struct Signals {
     /// The writer waits here for work.
-    writer: Event,
+    writer: Notify,
     /// Flush, sync and read callers wait here for ops to complete.
-    progress: Event,
+    progress: Notify,
     shutdown: Cell<bool>,
-}
-
-/// A set of wakers woken together; waiters re-check their condition (single-threaded, so no
-/// wake-up can be lost between the check and the registration).
-#[derive(Default)]
-struct Event {
-    wakers: RefCell<Vec<Waker>>,
-}
-
-impl Event {
-    fn notify(&self) {
-        let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
-        for waker in wakers {
-            waker.wake();
-        }
-    }
-
-    async fn wait_until(&self, mut ready: impl FnMut() -> bool) {
-        futures_lite::future::poll_fn(|cx| {
-            if ready() {
-                return Poll::Ready(());
-            }
-            let mut wakers = self.wakers.borrow_mut();
-            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                wakers.push(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
-    }
 }
 
 struct State {
@@ -460,8 +430,8 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.signals.shutdown.set(true);
-        self.signals.writer.notify();
-        self.signals.progress.notify();
+        self.signals.writer.notify_all();
+        self.signals.progress.notify_all();
         self.cache.remove_log(self.log_id);
     }
 }
@@ -576,7 +546,7 @@ impl Log {
     /// Wakes the writer and waits until `done` holds, the log failed or its writer stopped.
     async fn wait_for_writes(&self, mut done: impl FnMut(&State) -> bool) {
         let inner = &*self.inner;
-        inner.signals.writer.notify();
+        inner.signals.writer.notify_all();
         inner
             .signals
             .progress
@@ -638,7 +608,7 @@ impl Log {
         sync_dir(&inner.dir).await?;
         inner.state.borrow_mut().closed_cleanly = true;
         inner.signals.shutdown.set(true);
-        inner.signals.writer.notify();
+        inner.signals.writer.notify_all();
         inner.cache.remove_log(inner.log_id);
         Ok(())
     }
@@ -648,7 +618,7 @@ impl Log {
         let inner = &*self.inner;
         inner.state.borrow_mut().closed = true;
         inner.signals.shutdown.set(true);
-        inner.signals.writer.notify();
+        inner.signals.writer.notify_all();
         inner
             .signals
             .progress

@@ -644,7 +644,7 @@ impl Log {
                 );
             }
             drop(state);
-            inner.signals.progress.notify();
+            inner.signals.progress.notify_all();
         })
         .detach();
     }

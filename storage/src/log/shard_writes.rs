@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::Event;
+use signal::Notify;
 
 /// The longest a background read waits for the shard's writes to pause.
 pub(super) const YIELD_MAX: Duration = Duration::from_millis(5);
@@ -23,7 +23,7 @@ pub(super) const YIELD_MAX: Duration = Duration::from_millis(5);
 thread_local! {
     static IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
     /// Notified when `IN_FLIGHT` reaches zero.
-    static IDLE: Rc<Event> = Rc::new(Event::default());
+    static IDLE: Rc<Notify> = Rc::new(Notify::new());
 }
 
 /// Writes in flight on this shard.
@@ -39,7 +39,7 @@ pub(super) fn finished() {
     let left = IN_FLIGHT.get() - 1;
     IN_FLIGHT.set(left);
     if left == 0 {
-        IDLE.with(|idle| idle.notify());
+        IDLE.with(|idle| idle.notify_all());
     }
 }
 

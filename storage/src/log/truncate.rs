@@ -42,8 +42,8 @@ impl Drop for Truncation<'_> {
             self.inner.latch(&error);
         }
         self.inner.state.borrow_mut().truncating = false;
-        self.inner.signals.progress.notify();
-        self.inner.signals.writer.notify();
+        self.inner.signals.progress.notify_all();
+        self.inner.signals.writer.notify_all();
     }
 }
 

@@ -237,12 +237,12 @@ pub(super) async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
             if let Err(error) = inner.run_job(job).await {
                 inner.latch(&error);
             }
-            inner.signals.progress.notify();
-            inner.signals.writer.notify();
+            inner.signals.progress.notify_all();
+            inner.signals.writer.notify_all();
         })
         .detach();
     }
-    signals.progress.notify();
+    signals.progress.notify_all();
 }
 
 /// The one fdatasync round in flight. If its caller's future is dropped mid-way (say, by a
@@ -267,7 +267,7 @@ impl Drop for SyncInFlight<'_> {
             }
         }
         drop(state);
-        self.inner.signals.progress.notify();
+        self.inner.signals.progress.notify_all();
     }
 }
 
@@ -278,7 +278,7 @@ impl Log {
     pub async fn sync(&self) -> Result<(), StorageError> {
         let inner = &*self.inner;
         let target = inner.state.borrow().queue.ops_enqueued;
-        inner.signals.writer.notify();
+        inner.signals.writer.notify_all();
         loop {
             let files = {
                 let mut state = inner.state.borrow_mut();
@@ -346,11 +346,11 @@ impl Log {
                 // Never retried: the kernel may have dropped the dirty pages (fsyncgate).
                 Err(error) => {
                     inner.latch(&error);
-                    inner.signals.progress.notify();
+                    inner.signals.progress.notify_all();
                     return Err(error);
                 }
             }
-            inner.signals.progress.notify();
+            inner.signals.progress.notify_all();
         }
     }
 }

@@ -1,18 +1,21 @@
 //! A shard-local wake-up signal: tasks wait for "something changed", a producer fires it.
+//! Shared by the crates that must not depend on each other (`shard` and the broker's
+//! partition signals; `storage`'s writer and waiters).
 //!
 //! Invariants: no locks and no atomics, because a `Notify` never leaves its shard (`!Send`
 //! through `Rc`). A waiter that registered before `notify_all` is always woken; waiters
 //! that arrive later wait for the next notification. The generation counter makes a
 //! notification that lands between "check the condition" and "register" impossible to miss
-//! as long as the waiter reads [`Notify::generation`] before checking its condition.
+//! as long as the waiter reads [`Notify::generation`] before checking its condition
+//! ([`Notify::wait_until`] does).
 //!
 //! A waiter holds one slot while it waits and gives it back when it is dropped (a fetch's
 //! long poll that times out, a request whose connection closed), so the waiters held are
-//! the waiters alive: a signal that rarely fires (shutdown, an idle partition) does not
-//! collect the wakers, and through them the tasks, of everyone who ever waited on it. A
-//! slot is the waiter's only while the generation it registered in lasts: `notify_all`
-//! empties every slot and moves the generation on, after which the slot number may be
-//! another waiter's.
+//! the waiters alive, and registering costs the same however many wait: a signal that
+//! rarely fires (shutdown, an idle partition) does not collect the wakers, and through them
+//! the tasks, of everyone who ever waited on it. A slot is the waiter's only while the
+//! generation it registered in lasts: `notify_all` empties every slot and moves the
+//! generation on, after which the slot number may be another waiter's.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -56,6 +59,18 @@ impl Notify {
     #[cfg(test)]
     fn waiting(&self) -> usize {
         self.waiters.borrow().len()
+    }
+
+    /// Returns once `ready` holds, checking it at the call and after every notification
+    /// (single-threaded: none can land between a check and the registration after it).
+    pub async fn wait_until(&self, mut ready: impl FnMut() -> bool) {
+        loop {
+            let generation = self.generation();
+            if ready() {
+                return;
+            }
+            self.changed_since(generation).await;
+        }
     }
 
     /// Resolves once a notification happened after `generation` was read.
@@ -119,33 +134,69 @@ mod tests {
     use super::*;
     use std::rc::Rc;
 
-    #[test]
-    fn wakes_registered_waiters_and_not_later_ones() {
+    fn on_executor(test: impl Future<Output = ()> + 'static) {
         glommio::LocalExecutorBuilder::default()
             .io_memory(1 << 16)
             .make()
             .expect("executor")
-            .run(async {
-                let notify = Rc::new(Notify::new());
-                let before = notify.generation();
-                let waiter = {
-                    let notify = notify.clone();
-                    glommio::spawn_local(async move { notify.changed_since(before).await })
-                };
-                glommio::yield_if_needed().await;
-                notify.notify_all();
-                waiter.await;
-                // A waiter created after the notification waits for the next one.
-                let after = notify.generation();
-                let pending = futures_lite::future::poll_once(notify.changed_since(after)).await;
-                assert!(pending.is_none());
-                // But a stale generation resolves at once.
-                assert!(
-                    futures_lite::future::poll_once(notify.changed_since(before))
-                        .await
-                        .is_some()
-                );
-            });
+            .run(test);
+    }
+
+    #[test]
+    fn wakes_registered_waiters_and_not_later_ones() {
+        on_executor(async {
+            let notify = Rc::new(Notify::new());
+            let before = notify.generation();
+            let waiter = {
+                let notify = notify.clone();
+                glommio::spawn_local(async move { notify.changed_since(before).await })
+            };
+            glommio::yield_if_needed().await;
+            notify.notify_all();
+            waiter.await;
+            // A waiter created after the notification waits for the next one.
+            let after = notify.generation();
+            let pending = futures_lite::future::poll_once(notify.changed_since(after)).await;
+            assert!(pending.is_none());
+            // But a stale generation resolves at once.
+            assert!(
+                futures_lite::future::poll_once(notify.changed_since(before))
+                    .await
+                    .is_some()
+            );
+        });
+    }
+
+    #[test]
+    fn wait_until_checks_at_the_call_and_after_each_notification() {
+        on_executor(async {
+            let notify = Rc::new(Notify::new());
+            let value = Rc::new(std::cell::Cell::new(0));
+            let waiter = {
+                let (notify, value) = (notify.clone(), value.clone());
+                glommio::spawn_local(async move {
+                    notify.wait_until(|| value.get() >= 2).await;
+                })
+            };
+            glommio::yield_if_needed().await;
+            assert_eq!(notify.waiting(), 1);
+            value.set(1);
+            notify.notify_all();
+            glommio::executor().yield_task_queue_now().await;
+            assert_eq!(notify.waiting(), 1, "not ready yet: registered again");
+            value.set(2);
+            notify.notify_all();
+            waiter.await;
+            assert_eq!(notify.waiting(), 0);
+            // Ready at the call: no registration; a waiter that gives up leaves none.
+            assert!(futures_lite::future::poll_once(notify.wait_until(|| true))
+                .await
+                .is_some());
+            assert!(futures_lite::future::poll_once(notify.wait_until(|| false))
+                .await
+                .is_none());
+            assert_eq!(notify.waiting(), 0);
+        });
     }
 
     /// A waker that counts its wakes.
