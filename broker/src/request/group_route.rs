@@ -87,16 +87,41 @@ pub fn owned(value: &bytes::Bytes) -> bytes::Bytes {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::{JoinGroupRequest, SyncGroupRequest};
+    use kafka_protocol::protocol::StrBytes;
+
+    /// Whether `kept` is a slice of `received`.
+    fn pins(received: &Bytes, kept: &Bytes) -> bool {
+        received.as_ptr_range().contains(&kept.as_ptr())
+    }
+
     #[test]
-    fn kept_bytes_share_nothing_with_the_request() {
-        let received = bytes::Bytes::from(vec![7u8; 1 << 20]);
-        let metadata = received.slice(1000..1100);
-        let kept = super::owned(&metadata);
-        assert_eq!(kept, metadata);
-        let buffer = received.as_ptr_range();
+    fn what_a_group_keeps_shares_nothing_with_the_request() {
+        let received = Bytes::from(vec![7u8; 1 << 20]);
+        let piece = received.slice(1000..1100);
+        let join =
+            JoinGroupRequest::default().with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(piece.clone())]);
+        let kept = super::super::join_group::join_request(&join, 9, "c".into(), "h".into());
+        assert_eq!(kept.protocols[0].1, piece);
         assert!(
-            !buffer.contains(&kept.as_ptr()),
-            "a slice of the receive buffer"
+            !pins(&received, &kept.protocols[0].1),
+            "metadata pins the request"
+        );
+        let sync = SyncGroupRequest::default().with_assignments(vec![
+            SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_static_str("m-1"))
+                .with_assignment(piece.clone()),
+        ]);
+        let kept = super::super::sync_group::assignments(&sync);
+        assert_eq!(kept[0].1, piece);
+        assert!(
+            !pins(&received, &kept[0].1),
+            "an assignment pins the request"
         );
     }
 }

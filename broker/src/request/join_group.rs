@@ -22,8 +22,37 @@ pub async fn handle(
     client_host: String,
 ) -> ResponseKind {
     let group_id = string(&request.group_id.0);
+    let join = join_request(&request, version, client_id, client_host);
+    let member_id = join.member_id.clone();
+    let group = group_id.clone();
+    let outcome = on_coordinator(shard, &group_id, move |owner: Rc<Shard>| async move {
+        match owner.groups.join(&owner, &group, join).await {
+            JoinStep::Answer(immediate) => immediate,
+            JoinStep::Wait(answer) => answer.recv_async().await.unwrap_or_else(|_| {
+                JoinOutcome::error(kafka_protocol::error::ResponseError::UnknownMemberId, "")
+            }),
+        }
+    })
+    .await
+    .unwrap_or_else(|error_code| JoinOutcome {
+        error_code,
+        generation: -1,
+        member_id,
+        ..JoinOutcome::default()
+    });
+    ResponseKind::JoinGroup(response(outcome, version))
+}
+
+/// What the group keeps of a JoinGroup: strings and protocol metadata copied out of the
+/// request (see [`owned`]).
+pub(super) fn join_request(
+    request: &JoinGroupRequest,
+    version: i16,
+    client_id: String,
+    client_host: String,
+) -> JoinRequest {
     let session_timeout = Duration::from_millis(request.session_timeout_ms.max(0) as u64);
-    let join = JoinRequest {
+    JoinRequest {
         member_id: string(&request.member_id),
         instance_id: request.group_instance_id.as_ref().map(string),
         client_id,
@@ -43,25 +72,7 @@ pub async fn handle(
             .collect(),
         require_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,
-    };
-    let member_id = join.member_id.clone();
-    let group = group_id.clone();
-    let outcome = on_coordinator(shard, &group_id, move |owner: Rc<Shard>| async move {
-        match owner.groups.join(&owner, &group, join).await {
-            JoinStep::Answer(immediate) => immediate,
-            JoinStep::Wait(answer) => answer.recv_async().await.unwrap_or_else(|_| {
-                JoinOutcome::error(kafka_protocol::error::ResponseError::UnknownMemberId, "")
-            }),
-        }
-    })
-    .await
-    .unwrap_or_else(|error_code| JoinOutcome {
-        error_code,
-        generation: -1,
-        member_id,
-        ..JoinOutcome::default()
-    });
-    ResponseKind::JoinGroup(response(outcome, version))
+    }
 }
 
 fn response(outcome: JoinOutcome, version: i16) -> JoinGroupResponse {

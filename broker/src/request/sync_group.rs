@@ -17,11 +17,7 @@ pub async fn handle(shard: &Rc<Shard>, request: SyncGroupRequest, version: i16) 
     let member_id = string(&request.member_id);
     let instance_id = request.group_instance_id.as_ref().map(string);
     let generation = request.generation_id;
-    let assignments: Vec<(String, bytes::Bytes)> = request
-        .assignments
-        .iter()
-        .map(|a| (string(&a.member_id), owned(&a.assignment)))
-        .collect();
+    let assignments = assignments(&request);
     let group = group_id.clone();
     let outcome = on_coordinator(shard, &group_id, move |owner: Rc<Shard>| async move {
         let waiting = owner
@@ -56,4 +52,13 @@ pub async fn handle(shard: &Rc<Shard>, request: SyncGroupRequest, version: i16) 
         response.protocol_name = outcome.protocol.map(StrBytes::from_string);
     }
     ResponseKind::SyncGroup(response)
+}
+
+/// The leader's assignments by member, copied out of the request (see [`owned`]).
+pub(super) fn assignments(request: &SyncGroupRequest) -> Vec<(String, bytes::Bytes)> {
+    request
+        .assignments
+        .iter()
+        .map(|a| (string(&a.member_id), owned(&a.assignment)))
+        .collect()
 }
