@@ -1,5 +1,6 @@
 //! Start-up and shutdown of a node: lock the data directory, bind the listening socket, load
-//! metadata, start one shard per core, open each shard's partitions (recovering them), then
+//! metadata, replay the stage (`storage::stage`: direct-mode writes a crash cut short), start
+//! one shard per core, each with its stage, open each shard's partitions (recovering them), then
 //! accept on shard 0 and deal connections to every shard ([`crate::listener`]); on SIGINT or
 //! SIGTERM stop accepting, flush and close every log.
 //!
@@ -52,6 +53,16 @@ pub fn run(
     config.log_dir = std::fs::canonicalize(&config.log_dir)
         .with_context(|| format!("resolving log.dirs {}", config.log_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
+    // Before any log opens: what a crash left in the stage goes into the segment files.
+    let replayed = storage::stage::replay(&config.stage_dir, &config.log_dir)
+        .context("replaying the stage")?;
+    if replayed.chunks > 0 {
+        tracing::info!(
+            chunks = replayed.chunks,
+            bytes = replayed.bytes,
+            "replayed staged writes"
+        );
+    }
     // A node with no quorum voters is a quorum of itself: it formats its storage itself.
     // Voters of a quorum are formatted with one cluster id first (`ringlog format`).
     let formatted = crate::meta_properties::load_for_start(
@@ -197,6 +208,18 @@ async fn shard_main(
     ready: Arc<Barrier>,
 ) -> anyhow::Result<()> {
     let apis = Rc::new(supported_apis());
+    if config.io_mode == storage::IoMode::Direct {
+        let stage = storage::stage::install(
+            &config.stage_dir,
+            &config.log_dir,
+            router.shard_id(),
+            config.stage_bytes,
+        )
+        .context("installing the stage")?;
+        if let Some(path) = stage {
+            tracing::debug!(path = %path.display(), bytes = config.stage_bytes, "stage installed");
+        }
+    }
     let shard = Rc::new(Shard::new(router, config.clone(), apis.clone(), controller));
     // Read before the inbox runs: a shutdown that arrives while the shard is still starting
     // must not be missed by the accept loop below.
@@ -288,6 +311,7 @@ async fn shard_main(
     expiry.cancel();
     sweeper.cancel();
     shard.close().await;
+    storage::stage::uninstall();
     inbox.cancel();
     // Another shard still running may call this one: it gets ShardStopped, not a hang.
     shard.router.close();

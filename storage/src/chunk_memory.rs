@@ -1,14 +1,20 @@
 //! The memory of direct-mode write chunks: filled by one log on its shard (`ChunkMemory`,
 //! unique and mutable), then frozen (`SharedChunk`) and shared, without a copy, by the write
 //! in flight, the shard's cache, and the reads the cache answers, which travel to other
-//! shards and to sockets as `Bytes`. The last owner of a frozen chunk keeps its memory as a
-//! spare for the next chunk of the same size allocated on its thread.
+//! shards and to sockets as `Bytes`. The memory is a run of the shard's stage
+//! (`crate::stage`, memory that outlives the process) when one is installed and has room,
+//! else heap memory; the last owner of a frozen heap chunk keeps its memory as a spare for the
+//! next chunk of the same size allocated on its thread, and the last owner of a staged one
+//! gives its slots back.
 //!
 //! Invariants: a `SharedChunk` never changes once frozen; its memory is block aligned and
-//! comes from the global allocator (`glommio::allocate_dma_buffer_global`), never from a
-//! ring's registered arena, so any thread may read it, keep it as a spare and free it; a
-//! thread keeps at most `SPARE_BYTES_MAX` of spares, the most recently freed ones (the
-//! sizes in use now), so a burst of one size never keeps the spares from others.
+//! comes from the global allocator (`glommio::allocate_dma_buffer_global`) or the stage's
+//! mapping, never from a ring's registered arena, so any thread may read it, keep it as a
+//! spare and free it; a staged chunk's filled length is recorded (`ChunkMemory::set_filled`)
+//! before its bytes count as appended, and cleared as pending once written
+//! (`SharedChunk::written`); a thread keeps at most `SPARE_BYTES_MAX` of spares, the most
+//! recently freed ones (the sizes in use now), so a burst of one size never keeps the spares
+//! from others.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -17,6 +23,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use glommio::io::DmaBuffer;
+
+use crate::stage::{StageTarget, StagedRun};
 
 /// Spare chunk memory a thread keeps. The cache evicts about one chunk as each new one
 /// comes, mostly of the sizes just allocated: without spares, allocating chunks took 3 % of
@@ -65,15 +73,52 @@ impl Spares {
     }
 }
 
+/// Where a chunk's bytes live.
+enum Memory {
+    Heap(DmaBuffer),
+    Staged(StagedRun),
+}
+
+impl Memory {
+    fn len(&self) -> usize {
+        match self {
+            Memory::Heap(buf) => buf.len(),
+            Memory::Staged(run) => run.len(),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Memory::Heap(buf) => buf.as_bytes(),
+            Memory::Staged(run) => run.as_bytes(),
+        }
+    }
+}
+
 /// A chunk's memory while its log fills it.
-pub(crate) struct ChunkMemory(DmaBuffer);
+pub(crate) struct ChunkMemory(Memory);
 
 impl ChunkMemory {
-    /// `capacity` bytes, block aligned, not zeroed: a spare of that size if this thread has
-    /// one.
+    /// `capacity` bytes of heap memory, block aligned, not zeroed: a spare of that size if
+    /// this thread has one.
     pub(crate) fn allocate(capacity: usize) -> ChunkMemory {
         let spare = SPARES.with(|spares| spares.borrow_mut().take(capacity));
-        ChunkMemory(spare.unwrap_or_else(|| glommio::allocate_dma_buffer_global(capacity)))
+        let buf = spare.unwrap_or_else(|| glommio::allocate_dma_buffer_global(capacity));
+        ChunkMemory(Memory::Heap(buf))
+    }
+
+    /// `capacity` bytes of this thread's stage, pending for `target`, when it has a stage
+    /// with room; heap memory (`allocate`) otherwise.
+    pub(crate) fn allocate_staged(capacity: usize, target: &StageTarget) -> ChunkMemory {
+        match StagedRun::allocate(capacity, target) {
+            Some(run) => ChunkMemory(Memory::Staged(run)),
+            None => ChunkMemory::allocate(capacity),
+        }
+    }
+
+    /// The memory outlives the process (see `crate::stage`).
+    pub(crate) fn is_staged(&self) -> bool {
+        matches!(self.0, Memory::Staged(_))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -85,7 +130,18 @@ impl ChunkMemory {
     }
 
     pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
-        self.0.as_bytes_mut()
+        match &mut self.0 {
+            Memory::Heap(buf) => buf.as_bytes_mut(),
+            Memory::Staged(run) => run.as_bytes_mut(),
+        }
+    }
+
+    /// The first `len` bytes hold the chunk (what a replay after a crash writes back);
+    /// nothing to record for heap memory.
+    pub(crate) fn set_filled(&self, len: usize) {
+        if let Memory::Staged(run) = &self.0 {
+            run.set_filled(len);
+        }
     }
 
     /// The first `len` bytes, frozen for sharing.
@@ -102,13 +158,14 @@ impl ChunkMemory {
 /// are the chunk's; the memory past them (kept whole for reuse) is not part of it.
 pub(crate) struct SharedChunk {
     /// Always `Some` until dropped.
-    buf: Option<DmaBuffer>,
+    buf: Option<Memory>,
     len: usize,
 }
 
-// SAFETY: the buffer is only built by `ChunkMemory::allocate` (memory of the global
-// allocator, which any thread may read and free; not a ring's registered buffer, which
-// belongs to its executor) and is never written again once frozen.
+// SAFETY: the memory is only built by `ChunkMemory` (memory of the global allocator, which
+// any thread may read and free, or a stage run, which any thread may read and free; never a
+// ring's registered buffer, which belongs to its executor) and is never written again once
+// frozen.
 unsafe impl Send for SharedChunk {}
 // SAFETY: as above; shared references only read.
 unsafe impl Sync for SharedChunk {}
@@ -118,12 +175,21 @@ impl SharedChunk {
         self.len
     }
 
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        let buf = self
-            .buf
+    fn memory(&self) -> &Memory {
+        self.buf
             .as_ref()
-            .expect("a chunk holds its memory until dropped");
-        &buf.as_bytes()[..self.len]
+            .expect("a chunk holds its memory until dropped")
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.memory().as_bytes()[..self.len]
+    }
+
+    /// The chunk's write completed: a staged chunk is no longer replayed after a crash.
+    pub(crate) fn written(&self) {
+        if let Memory::Staged(run) = self.memory() {
+            run.written();
+        }
     }
 
     /// The bytes of `range` as `Bytes` that keep the chunk alive: no copy.
@@ -134,7 +200,8 @@ impl SharedChunk {
 
 impl Drop for SharedChunk {
     fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
+        // A staged run gives its slots back as it drops.
+        if let Some(Memory::Heap(buf)) = self.buf.take() {
             // A thread being torn down frees it instead.
             let _ = SPARES.try_with(|spares| spares.borrow_mut().keep(buf));
         }

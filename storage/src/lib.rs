@@ -50,6 +50,10 @@
 //! boundary; `Log::end_offset_for_epoch` answers OffsetsForLeaderEpoch from the leader-epoch
 //! cache.
 //!
+//! The stage (`stage.rs`): in direct mode, write-queue chunks live in a tmpfs file mapped
+//! shared, so what an append copied survives a crash of the process before its O_DIRECT write
+//! completes; `stage::replay` writes it back at start-up, before logs open.
+//!
 //! For callers: `Log::append` never waits for the disk; when appends outrun it by more than
 //! eight write buffers it refuses with `StorageError::WriteBufferFull` (nothing stored): await
 //! `Log::wait_for_room` and retry. `Log::sync` is the acks=all barrier (group commit).
@@ -71,6 +75,7 @@ mod reaper;
 mod recovery;
 mod retention;
 mod segment;
+pub mod stage;
 mod time_index;
 
 #[cfg(test)]

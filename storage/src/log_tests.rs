@@ -18,6 +18,7 @@ use crate::{
 mod compaction;
 mod faults;
 mod replication;
+mod stage;
 
 /// docs/format.md: the file a clean close leaves.
 const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown.checkpoint";

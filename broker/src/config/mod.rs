@@ -128,6 +128,12 @@ pub struct BrokerConfig {
     pub io_mode: IoMode,
     /// Batch cache per shard, for tailing consumers in direct mode.
     pub cache_bytes_max: usize,
+    /// `log.stage.dir`: the tmpfs directory of the shards' stage files (`storage::stage`).
+    pub stage_dir: PathBuf,
+    /// `log.stage.bytes`: each shard's stage, the write-queue memory that outlives the
+    /// process in direct mode (0: none, acks=1 then waits for the O_DIRECT write). By default
+    /// the batch cache's size plus 64 MiB: written chunks stay in the cache, and in the stage.
+    pub stage_bytes: u64,
     pub write_buffer_bytes_max: usize,
     pub idle_timeout: Duration,
     pub in_flight_requests_max: usize,
@@ -164,6 +170,8 @@ pub struct BrokerConfig {
 
 /// What an answer adds around its records: headers and per-partition fields, generously.
 pub const RESPONSE_OVERHEAD_BYTES: usize = 64 << 10;
+/// A shard's stage by default: its batch cache's size plus this, for the write queues.
+const STAGE_BYTES_BEYOND_CACHE: u64 = 64 << 20;
 
 impl BrokerConfig {
     /// The fewest answer bytes a fetch asks for: one batch of the largest size a topic
@@ -273,6 +281,8 @@ const BROKER_KEYS: &[&str] = &[
     "connections.max.write.ms",
     "log.io.mode",
     "log.cache.max.bytes",
+    "log.stage.dir",
+    "log.stage.bytes",
     "log.write.buffer.bytes",
     "connections.max.idle.ms",
     "max.in.flight.requests.per.connection",
@@ -364,6 +374,8 @@ impl BrokerConfig {
             4 * (message_bytes_max + RESPONSE_OVERHEAD_BYTES),
             usize::MAX / 2,
         )?;
+        let cache_bytes_max: usize =
+            settings.number("log.cache.max.bytes", "67108864", 0, usize::MAX / 2)?;
         let io_mode = match get("log.io.mode").unwrap_or("direct") {
             "direct" => IoMode::Direct,
             "buffered" => IoMode::Buffered,
@@ -459,12 +471,12 @@ impl BrokerConfig {
             queued_response_bytes_max,
             write_timeout: settings.positive_long_ms("connections.max.write.ms", "30000")?,
             io_mode,
-            cache_bytes_max: settings.number(
-                "log.cache.max.bytes",
-                "67108864",
-                0,
-                usize::MAX / 2,
-            )?,
+            cache_bytes_max,
+            stage_dir: PathBuf::from(get("log.stage.dir").unwrap_or("/dev/shm")),
+            stage_bytes: match get("log.stage.bytes") {
+                Some(_) => settings.number("log.stage.bytes", "0", 0, 1 << 40)?,
+                None => cache_bytes_max as u64 + STAGE_BYTES_BEYOND_CACHE,
+            },
             write_buffer_bytes_max: settings.number(
                 "log.write.buffer.bytes",
                 "1048576",
@@ -599,6 +611,8 @@ impl BrokerConfig {
                 "log.cache.max.bytes".into(),
                 self.cache_bytes_max.to_string(),
             ),
+            ("log.stage.dir".into(), self.stage_dir.display().to_string()),
+            ("log.stage.bytes".into(), self.stage_bytes.to_string()),
             (
                 "connections.max.idle.ms".into(),
                 self.idle_timeout.as_millis().to_string(),
@@ -675,6 +689,22 @@ mod tests {
             matches!(config.io_mode, IoMode::Direct),
             "the faster mode is the default"
         );
+    }
+
+    #[test]
+    fn the_stage_follows_the_cache_unless_set() {
+        let load = |flags: &[&str]| {
+            let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+            BrokerConfig::load(None, &flags).expect("valid")
+        };
+        let config = load(&[]);
+        assert_eq!(config.stage_dir, PathBuf::from("/dev/shm"));
+        assert_eq!(config.stage_bytes, (64 << 20) + (64 << 20));
+        let config = load(&["log.cache.max.bytes=1048576"]);
+        assert_eq!(config.stage_bytes, (1 << 20) + (64 << 20));
+        let config = load(&["log.stage.bytes=0", "log.stage.dir=/run/stage"]);
+        assert_eq!(config.stage_bytes, 0, "no stage: acks=1 waits for the disk");
+        assert_eq!(config.stage_dir, PathBuf::from("/run/stage"));
     }
 
     #[test]

@@ -271,10 +271,15 @@ impl Log {
         (info, epochs_changed)
     }
 
-    /// After a store, with the state no longer borrowed: wakes the writer, and has the
-    /// leader-epoch checkpoint written if the cache changed.
+    /// After a store, with the state no longer borrowed: wakes the writer (and the waiters
+    /// of written offsets when the batches are staged), and has the leader-epoch checkpoint
+    /// written if the cache changed.
     fn stored(&self, epochs_changed: bool) {
         self.inner.signals.writer.notify_all();
+        if self.inner.state.borrow().queue.unstaged_chunks == 0 {
+            // Staged: written (to the kernel) already; acks=1 and the high watermark move.
+            self.inner.signals.progress.notify_all();
+        }
         if epochs_changed {
             self.inner.persist_epochs_later();
         }

@@ -2,7 +2,8 @@
 //! queue in front of the files.
 //!
 //! Data path of an append: validate every batch (nothing stored if one is bad) → assign offsets
-//! in the header copy → copy the batch once into the tail chunk of the write queue → the writer
+//! in the header copy → copy the batch once into the tail chunk of the write queue (memory of
+//! the shard's stage in direct mode, `crate::stage`: written to the kernel from here) → the writer
 //! task writes chunks in order as soon as a chunk has data, a second one while the first is in
 //! flight when they share no block (direct mode) → `sync` shares one fdatasync among all
 //! callers whose data it covers (group commit).
@@ -231,12 +232,13 @@ struct State {
     segments: Vec<Segment>,
     log_start_offset: i64,
     log_end_offset: i64,
-    /// Every batch below this offset has had its write completed (O_DIRECT write done in
-    /// direct mode, copied into the page cache in buffered mode): what a crash of the
-    /// process cannot take back. `written_end_offset <= log_end_offset`.
-    written_end_offset: i64,
+    /// Every batch below this offset has had its write to its segment file completed
+    /// (O_DIRECT write done in direct mode, copied into the page cache in buffered mode).
+    /// `files_end_offset <= log_end_offset`; see `written_end_offset` for what a crash of the
+    /// process cannot take back.
+    files_end_offset: i64,
     /// Every batch below this offset was written before an fdatasync that completed began:
-    /// what a crash of the machine cannot take back. `synced_end_offset <= written_end_offset`.
+    /// what a crash of the machine cannot take back. `synced_end_offset <= files_end_offset`.
     synced_end_offset: i64,
     queue: WriteQueue,
     sync_in_flight: bool,
@@ -265,6 +267,17 @@ struct State {
 }
 
 impl State {
+    /// Every batch below this offset is written to the kernel, in its segment file or in the
+    /// stage (`crate::stage`): what a crash of the process cannot take back. While no queued
+    /// chunk is outside the stage, that is every appended batch.
+    fn written_end_offset(&self) -> i64 {
+        if self.queue.unstaged_chunks == 0 {
+            self.log_end_offset
+        } else {
+            self.files_end_offset
+        }
+    }
+
     fn active(&self) -> &Segment {
         self.segments
             .last()
@@ -387,7 +400,7 @@ impl State {
     /// A written chunk left the queue: its bytes are now the segment's on disk.
     fn retire(&mut self, chunk: &Chunk) {
         if chunk.batches_end_offset >= 0 {
-            self.written_end_offset = chunk.batches_end_offset;
+            self.files_end_offset = chunk.batches_end_offset;
         }
         let more_queued = self.queue.holds_data_of(chunk.segment_base_offset);
         let slot = self
@@ -462,10 +475,12 @@ impl Log {
         self.inner.state.borrow().log_end_offset
     }
 
-    /// The offset below which every batch's write has completed: what a crash of the process
-    /// cannot take back (the high watermark of a single node).
+    /// The offset below which every batch is written to the kernel: its segment file's write
+    /// completed, or (direct mode) it sits in the stage, a tmpfs file that `stage::replay`
+    /// writes back after a crash. What a crash of the process cannot take back (the acks=1
+    /// barrier, and the high watermark of a single node).
     pub fn written_end_offset(&self) -> i64 {
-        self.inner.state.borrow().written_end_offset
+        self.inner.state.borrow().written_end_offset()
     }
 
     /// The offset below which every batch was written before a completed fdatasync began.
@@ -483,13 +498,13 @@ impl Log {
             .progress
             .wait_until(|| {
                 let state = inner.state.borrow();
-                state.written_end_offset >= end_offset
+                state.written_end_offset() >= end_offset
                     || state.failed.is_some()
                     || inner.signals.shutdown.get()
             })
             .await;
         let state = inner.state.borrow();
-        if state.written_end_offset >= end_offset {
+        if state.written_end_offset() >= end_offset {
             return Ok(());
         }
         match &state.failed {

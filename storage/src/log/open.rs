@@ -87,11 +87,11 @@ impl Log {
             segments,
             log_start_offset,
             log_end_offset,
-            written_end_offset: log_end_offset,
+            files_end_offset: log_end_offset,
             // Recovery keeps only what the file holds; whether the disk holds it is unknown,
             // but nothing of it is in a cache this process could lose.
             synced_end_offset: log_end_offset,
-            queue: WriteQueue::new(),
+            queue: WriteQueue::new(&dir),
             sync_in_flight: false,
             dirty_files: Vec::new(),
             failed: None,

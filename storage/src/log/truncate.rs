@@ -228,7 +228,7 @@ impl Log {
             state.segments.truncate(slot);
             state.segments.push(segment);
             state.log_end_offset = offset;
-            state.written_end_offset = state.written_end_offset.min(offset);
+            state.files_end_offset = state.files_end_offset.min(offset);
             state.synced_end_offset = state.synced_end_offset.min(offset);
             let live: Vec<_> = state
                 .segments

@@ -292,7 +292,7 @@ impl Log {
                     None
                 } else {
                     state.sync_in_flight = true;
-                    let covered = (state.queue.ops_done, state.written_end_offset);
+                    let covered = (state.queue.ops_done, state.files_end_offset);
                     Some((covered, std::mem::take(&mut state.dirty_files)))
                 }
             };

@@ -46,7 +46,7 @@ impl Harness {
     fn new(io_mode: IoMode) -> Harness {
         Harness {
             config: config(io_mode),
-            queue: WriteQueue::new(),
+            queue: WriteQueue::new(std::path::Path::new("/test/topic-0")),
             segments: vec![Segment::new(0, None)],
             appended: HashMap::new(),
             disk: HashMap::new(),
