@@ -181,9 +181,9 @@ pub(crate) struct StagedRun {
 }
 
 impl StagedRun {
-    /// A run of at least `len` bytes from this thread's stage, its header pending for
-    /// `target` with nothing filled; `None` without a stage, when it is full, or when the
-    /// directory is too long for a header.
+    /// A run of whole slots, at least `len` bytes, from this thread's stage, its header
+    /// pending for `target` with nothing filled; `None` without a stage, when it is full, or
+    /// when the directory is too long for a header.
     pub(crate) fn allocate(len: usize, target: &StageTarget) -> Option<StagedRun> {
         if target.dir.len() > DIR_BYTES_MAX {
             return None;
@@ -223,7 +223,7 @@ impl StagedRun {
             file,
             slot,
             count,
-            len,
+            len: count * SLOT_BYTES,
         })
     }
 
@@ -605,6 +605,7 @@ mod tests {
             let a = allocate(SLOT_BYTES, &dir, 0, 0);
             let b = allocate(3 * SLOT_BYTES - 4096, &dir, 0, 0);
             assert_eq!((a.slot, b.slot, b.count), (0, 1, 3));
+            assert_eq!(b.as_bytes().len(), 3 * SLOT_BYTES, "whole slots");
             // Memory for the slots is allocated ahead of their use, a step at a time.
             assert_eq!(blocks() - before, (GROWTH_SLOTS * SLOT_BYTES) as u64);
             // The rest of the 70 slots, across the first word of bits: then it is full.

@@ -93,10 +93,11 @@ impl Inner {
             ));
         }
         let written = segment.written_bytes;
-        // A read that the written bytes answer (`need` of them) leaves the queued ones out:
-        // readers bounded by what is written (followers, consumers below the high watermark)
-        // never use them, and copying them cost as much as the read itself.
-        let end = if position + need as u64 <= written {
+        // A read that the written bytes answer (`need` of them) leaves the queued ones out
+        // unless they are staged: readers bounded by what is written (followers, consumers
+        // below the high watermark) use queued bytes only when the stage holds every one of
+        // them (`State::written_end_offset`), and copying them cost as much as the read.
+        let end = if position + need as u64 <= written && state.queue.unstaged_chunks > 0 {
             end.min(written)
         } else {
             end

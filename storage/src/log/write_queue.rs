@@ -287,7 +287,7 @@ impl WriteQueue {
             return;
         }
         let largest = align_up(config.write_buffer_bytes_max as u64) as usize;
-        if room_bytes > 0 && config.io_mode == IoMode::Direct && capacity_bytes == largest {
+        if room_bytes > 0 && config.io_mode == IoMode::Direct && capacity_bytes >= largest {
             // The disk is behind (chunks grew to the largest size): fill this chunk to its
             // end and go on in a new one starting on a fresh block, which can be written
             // while this one is in flight (a chunk left partly empty would make the next
@@ -405,6 +405,8 @@ impl WriteQueue {
                     position: block_position,
                 };
                 let mut buf = ChunkMemory::allocate_staged(capacity_bytes, &target);
+                // A staged chunk takes whole slots: room for later appends, not waste.
+                let capacity_bytes = buf.len();
                 buf.as_bytes_mut()[..head_bytes].copy_from_slice(&head[..head_bytes]);
                 buf.set_filled(head_bytes);
                 Chunk {

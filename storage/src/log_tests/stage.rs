@@ -48,6 +48,34 @@ fn a_staged_append_is_written_at_once_and_replayed_after_a_crash() {
 }
 
 #[test]
+fn a_read_below_the_written_end_takes_staged_batches_not_yet_on_disk() {
+    run(|| async {
+        let data = tempfile::tempdir().expect("tmp");
+        let data_dir = std::path::absolute(data.path()).expect("absolute");
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+        stage::install(shm.path(), &data_dir, 0, 8 << 20)
+            .expect("install")
+            .expect("/dev/shm is tmpfs: a stage");
+        let log = open(&data_dir.join("topic-0"), config(IoMode::Direct)).await;
+        log.append(&batch(1, 1_000), 0, 0).expect("append");
+        log.flush().await.expect("flush");
+        log.append(&batch(1, 2_000), 0, 0).expect("append");
+        log.append(&batch(1, 3_000), 0, 0).expect("append");
+        // Nothing awaited: the last two are queued (staged), not written to the file.
+        let written_end = log.written_end_offset();
+        assert_eq!(written_end, 3);
+        let read = log.read_below(0, 1 << 20, written_end).await.expect("read");
+        assert_eq!(
+            batch_base_offsets(&read.records),
+            vec![0, 1, 2],
+            "one read takes every batch below the bound, queued ones too"
+        );
+        drop(log);
+        stage::uninstall();
+    });
+}
+
+#[test]
 fn without_a_stage_an_append_waits_for_its_write() {
     run(|| async {
         let data = tempfile::tempdir().expect("tmp");
