@@ -5,16 +5,24 @@
 use super::*;
 use crate::io::testing::plan_faults;
 use crate::stage;
+use std::path::PathBuf;
+
+/// A data directory and a stage for it installed on this thread: (data dir kept alive, its
+/// absolute path, stage dir kept alive, the stage file).
+fn staged() -> (tempfile::TempDir, PathBuf, tempfile::TempDir, PathBuf) {
+    let data = tempfile::tempdir().expect("tmp");
+    let data_dir = std::path::absolute(data.path()).expect("absolute");
+    let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+    let file = stage::install(shm.path(), &data_dir, 0, 8 << 20)
+        .expect("install")
+        .expect("/dev/shm is tmpfs: a stage");
+    (data, data_dir, shm, file)
+}
 
 #[test]
 fn a_staged_append_is_written_at_once_and_replayed_after_a_crash() {
     run(|| async {
-        let data = tempfile::tempdir().expect("tmp");
-        let data_dir = std::path::absolute(data.path()).expect("absolute");
-        let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
-        let staged = stage::install(shm.path(), &data_dir, 0, 8 << 20)
-            .expect("install")
-            .expect("/dev/shm is tmpfs: a stage");
+        let (_data, data_dir, _shm, staged) = staged();
         let log_dir = data_dir.join("topic-0");
         let faults = plan_faults(&log_dir);
         let log = open(&log_dir, config(IoMode::Direct)).await;
@@ -50,12 +58,7 @@ fn a_staged_append_is_written_at_once_and_replayed_after_a_crash() {
 #[test]
 fn a_read_below_the_written_end_takes_staged_batches_not_yet_on_disk() {
     run(|| async {
-        let data = tempfile::tempdir().expect("tmp");
-        let data_dir = std::path::absolute(data.path()).expect("absolute");
-        let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
-        stage::install(shm.path(), &data_dir, 0, 8 << 20)
-            .expect("install")
-            .expect("/dev/shm is tmpfs: a stage");
+        let (_data, data_dir, _shm, _file) = staged();
         let log = open(&data_dir.join("topic-0"), config(IoMode::Direct)).await;
         log.append(&batch(1, 1_000), 0, 0).expect("append");
         log.flush().await.expect("flush");
