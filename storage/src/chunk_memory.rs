@@ -107,8 +107,8 @@ impl ChunkMemory {
         ChunkMemory(Memory::Heap(buf))
     }
 
-    /// `capacity` bytes of this thread's stage, pending for `target`, when it has a stage
-    /// with room; heap memory (`allocate`) otherwise.
+    /// At least `capacity` bytes (whole slots) of this thread's stage, pending for `target`,
+    /// when it has a stage with room; heap memory (`allocate`) otherwise.
     pub(crate) fn allocate_staged(capacity: usize, target: &StageTarget) -> ChunkMemory {
         match StagedRun::allocate(capacity, target) {
             Some(run) => ChunkMemory(Memory::Staged(run)),
