@@ -34,9 +34,10 @@ pub enum StorageError {
     /// stored).
     #[error("log {path} is being truncated")]
     Truncating { path: PathBuf },
-    /// Appends outran the disk: the bytes waiting to be written reached their limit. The caller
-    /// should `flush().await` and retry (backpressure, nothing was stored).
-    #[error("write buffer full: {pending_bytes} bytes pending, limit {pending_bytes_max}")]
+    /// Appends outran the disk: the bytes waiting to be written outside the stage reached
+    /// their limit. The caller should `Log::wait_for_room` and retry (backpressure, nothing
+    /// was stored).
+    #[error("write buffer full: {pending_bytes} bytes pending outside the stage, limit {pending_bytes_max}")]
     WriteBufferFull {
         pending_bytes: usize,
         pending_bytes_max: usize,

@@ -173,11 +173,9 @@ impl Log {
     ) -> Result<(), AppendError> {
         let config = &self.inner.config.get();
         let pending_bytes_max = config.pending_bytes_max();
-        if state.queue.pending_bytes > 0
-            && state.queue.pending_bytes + records_bytes > pending_bytes_max
-        {
+        if !state.queue.has_room(records_bytes, pending_bytes_max) {
             return Err(StorageError::WriteBufferFull {
-                pending_bytes: state.queue.pending_bytes,
+                pending_bytes: state.queue.heap_pending_bytes,
                 pending_bytes_max,
             }
             .into());

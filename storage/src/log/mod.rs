@@ -44,6 +44,7 @@ use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use signal::Notify;
@@ -82,8 +83,9 @@ mod truncate;
 mod write_queue;
 mod writer;
 
-/// Bytes that may wait in the write queue, in units of `write_buffer_bytes_max`; beyond it
-/// appends get `StorageError::WriteBufferFull` (backpressure instead of unbounded memory).
+/// Bytes that may wait in the write queue outside the stage, in units of
+/// `write_buffer_bytes_max`; beyond it appends get `StorageError::WriteBufferFull`
+/// (backpressure instead of unbounded memory).
 const PENDING_BUFFERS_MAX: usize = 8;
 /// Upper bound on `write_buffer_bytes_max`.
 const WRITE_BUFFER_BYTES_MAX: usize = 64 << 20;
@@ -346,20 +348,27 @@ impl State {
             .is_some_and(|slot| self.segments[slot].file.is_some())
     }
 
-    fn writer_has_work(&self) -> bool {
-        self.failed.is_none() && self.queue.next_job(|base| self.has_file(base)).is_some()
+    fn writer_has_work(&self, now: Instant) -> bool {
+        self.failed.is_none()
+            && self
+                .queue
+                .next_job(|base| self.has_file(base), now)
+                .is_some()
     }
 
     /// Takes the next op the writer may start (see `WriteQueue::next_job`).
-    fn take_job(&mut self) -> Option<Job> {
+    fn take_job(&mut self, now: Instant) -> Option<Job> {
         let State {
             queue, segments, ..
         } = self;
-        queue.take_job(|base| {
-            segments
-                .binary_search_by_key(&base, |s| s.base_offset)
-                .is_ok_and(|slot| segments[slot].file.is_some())
-        })
+        queue.take_job(
+            |base| {
+                segments
+                    .binary_search_by_key(&base, |s| s.base_offset)
+                    .is_ok_and(|slot| segments[slot].file.is_some())
+            },
+            now,
+        )
     }
 
     /// Copies `bytes`, which belong at `position` of the active segment, into the write queue
@@ -533,9 +542,7 @@ impl Log {
         let inner = &*self.inner;
         let pending_bytes_max = inner.config.get().pending_bytes_max();
         self.wait_for_writes(|state| {
-            state.queue.pending_bytes == 0
-                || state.queue.pending_bytes + bytes <= pending_bytes_max
-                || state.closed
+            state.queue.has_room(bytes, pending_bytes_max) || state.closed
         })
         .await;
         inner.state.borrow().check_writable(&inner.dir)
@@ -561,6 +568,7 @@ impl Log {
     /// Wakes the writer and waits until `done` holds, the log failed or its writer stopped.
     async fn wait_for_writes(&self, mut done: impl FnMut(&State) -> bool) {
         let inner = &*self.inner;
+        inner.state.borrow_mut().queue.want_written();
         inner.signals.writer.notify_all();
         inner
             .signals

@@ -12,6 +12,7 @@
 
 use std::path::Path;
 use std::rc::{Rc, Weak};
+use std::time::Instant;
 
 use super::write_queue::{ChunkInfo, Job, Snapshot};
 use super::{DiskWrites, Inner, Log, Signals};
@@ -85,7 +86,7 @@ impl Inner {
     /// Takes the next op the writer may start, noting how many are in flight.
     fn take_job(&self) -> Option<Job> {
         let mut state = self.state.borrow_mut();
-        let job = state.take_job()?;
+        let job = state.take_job(Instant::now())?;
         let writes = self.disk_writes.get();
         self.disk_writes.set(DiskWrites {
             most_in_flight: writes.most_in_flight.max(state.queue.writes_in_flight),
@@ -214,18 +215,34 @@ impl Inner {
 /// Starts queued ops in order as soon as the writer may (see `State::next_job`), each as its
 /// own task so that a second write can start while the first is in flight. Holds the log only
 /// weakly so that dropping every `Log` handle stops it; a write in flight holds it strongly.
+/// A chunk held back to fill (`WriteQueue::held_until`) is taken once its hold ends, or earlier
+/// when appends fill it or someone waits for it.
 pub(super) async fn writer_task(log: Weak<Inner>, signals: Rc<Signals>) {
     loop {
-        signals
-            .writer
-            .wait_until(|| {
-                signals.shutdown.get()
-                    || match log.upgrade() {
-                        Some(inner) => inner.state.borrow().writer_has_work(),
-                        None => true,
+        // The hold the writer sleeps through; a chunk that starts another one (or ends this
+        // one) wakes the writer to sleep through that one instead.
+        let held_until = log
+            .upgrade()
+            .and_then(|inner| inner.state.borrow().queue.held_until());
+        let woken = signals.writer.wait_until(|| {
+            signals.shutdown.get()
+                || match log.upgrade() {
+                    Some(inner) => {
+                        let state = inner.state.borrow();
+                        state.writer_has_work(Instant::now())
+                            || state.queue.held_until() != held_until
                     }
-            })
-            .await;
+                    None => true,
+                }
+        });
+        // A hold that ended already holds nothing: the writer then waits for its writes.
+        let hold = held_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|hold| !hold.is_zero());
+        match hold {
+            Some(hold) => futures_lite::future::or(woken, glommio::timer::sleep(hold)).await,
+            None => woken.await,
+        }
         if signals.shutdown.get() {
             break;
         }
@@ -277,7 +294,11 @@ impl Log {
     /// started; a caller whose data it did not cover waits for the next one.
     pub async fn sync(&self) -> Result<(), StorageError> {
         let inner = &*self.inner;
-        let target = inner.state.borrow().queue.ops_enqueued;
+        let target = {
+            let mut state = inner.state.borrow_mut();
+            state.queue.want_written();
+            state.queue.ops_enqueued
+        };
         inner.signals.writer.notify_all();
         loop {
             let files = {

@@ -90,3 +90,78 @@ fn without_a_stage_an_append_waits_for_its_write() {
             .expect("written");
     });
 }
+
+#[test]
+fn a_staged_queue_outgrows_the_heap_bound_until_the_stage_is_full() {
+    run(|| async {
+        let (_data, data_dir, _shm, _file) = staged();
+        // A 512 KiB bound on heap chunks; the stage holds 8 MiB.
+        let (log, config, records) =
+            small_queue_log(&data_dir.join("topic-0"), IoMode::Direct).await;
+        let heap_bound = 8 * config.write_buffer_bytes_max;
+        // Nothing awaited: no write starts, as if the disk had stalled.
+        let (mut accepted, mut answered_at_once) = (0, 0);
+        let refused = loop {
+            match log.append(&records, 0, 0) {
+                Ok(info) => {
+                    accepted += 1;
+                    // What acks=1 waits for.
+                    if log.written_end_offset() > info.last_offset {
+                        answered_at_once += 1;
+                    }
+                }
+                Err(error) => break error,
+            }
+            assert!(accepted < 10_000, "no backpressure at all");
+        };
+        let AppendError::Storage(StorageError::WriteBufferFull { pending_bytes, .. }) = refused
+        else {
+            panic!("refused with {refused}");
+        };
+        let queued = log.write_queue_bytes();
+        assert!(
+            answered_at_once * records.len() > 7 << 20,
+            "a stalled disk holds back no acks=1 answer while the stage has room: \
+             {answered_at_once} of {accepted} appends ({queued} bytes queued)"
+        );
+        assert!(
+            pending_bytes > 0 && pending_bytes <= heap_bound,
+            "then heap chunks, as many as the bound allows: {pending_bytes}"
+        );
+        log.wait_for_room(records.len()).await.expect("room");
+        log.append(&records, 0, 0)
+            .expect("room once writes went on");
+        log.flush().await.expect("flush");
+        assert_eq!(
+            read_all(&log, 0).await.len(),
+            (accepted + 1) * records.len()
+        );
+        drop(log);
+        stage::uninstall();
+    });
+}
+
+#[test]
+fn staged_appends_within_a_hold_share_one_write_that_needs_no_waiter() {
+    run(|| async {
+        let (_data, data_dir, _shm, _file) = staged();
+        let log = open(&data_dir.join("topic-0"), config(IoMode::Direct)).await;
+        for timestamp in 0..3 {
+            log.append(&batch(1, timestamp), 0, 0).expect("append");
+            // The writer runs here: it would take each chunk as soon as it held a batch.
+            futures_lite::future::yield_now().await;
+        }
+        assert_eq!(log.written_end_offset(), 3, "answered before any write");
+        glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(
+            (log.disk_writes().count, log.write_queue_bytes()),
+            (1, 0),
+            "one write, once the hold ended, with nobody waiting for it"
+        );
+        log.append(&batch(1, 3), 0, 0).expect("append");
+        log.sync().await.expect("a sync ends the hold");
+        assert_eq!(log.disk_writes().count, 2);
+        drop(log);
+        stage::uninstall();
+    });
+}

@@ -4,6 +4,7 @@
 //! check that what the queue writes is exactly what was appended.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
@@ -84,7 +85,7 @@ impl Harness {
 
     /// Takes the next job if the queue allows one (every segment has its file).
     fn take(&mut self) -> bool {
-        match self.queue.take_job(|_| true) {
+        match self.queue.take_job(|_| true, Instant::now()) {
             Some(job) => {
                 self.in_flight.push(job);
                 true
@@ -281,7 +282,7 @@ fn a_second_direct_write_needs_a_fresh_block_and_an_existing_file() {
     assert!(h.take());
     // The next bytes share the first block, so their chunk rewrites it: it waits.
     h.append(&bytes(100, 2));
-    assert!(h.queue.next_job(|_| true).is_none());
+    assert!(h.queue.next_job(|_| true, Instant::now()).is_none());
     h.complete(0);
     assert!(h.take());
     h.complete(0);
@@ -290,8 +291,8 @@ fn a_second_direct_write_needs_a_fresh_block_and_an_existing_file() {
     h.append(&bytes(2 * BLOCK_BYTES - 200, 3));
     h.append(&bytes(BLOCK_BYTES, 4));
     assert!(h.take());
-    assert!(h.queue.next_job(|_| false).is_none());
-    assert!(h.queue.next_job(|_| true).is_some());
+    assert!(h.queue.next_job(|_| false, Instant::now()).is_none());
+    assert!(h.queue.next_job(|_| true, Instant::now()).is_some());
     h.drain();
     h.check_disk();
 }
@@ -414,6 +415,8 @@ proptest! {
             }
             h.check_invariants();
             prop_assert!(h.queue.pending_bytes <= appended_total);
+            // Without a stage every chunk is heap memory.
+            prop_assert_eq!(h.queue.heap_pending_bytes, h.queue.pending_bytes);
         }
         h.drain();
         h.check_invariants();
@@ -421,4 +424,44 @@ proptest! {
         prop_assert_eq!(h.queue.pending_bytes, 0);
         h.check_disk();
     }
+}
+
+#[test]
+fn a_staged_chunk_waits_to_fill_until_its_hold_ends_or_a_waiter_wants_it() {
+    let data = tempfile::tempdir().expect("tmp");
+    let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+    crate::stage::install(shm.path(), data.path(), 0, 1 << 20)
+        .expect("install")
+        .expect("/dev/shm is tmpfs: a stage");
+    let mut h = Harness::new(IoMode::Direct);
+    h.append(&bytes(100, 1));
+    let until = h
+        .queue
+        .held_until()
+        .expect("a staged chunk with room waits to fill");
+    let before = until - Duration::from_micros(1);
+    assert!(h.queue.next_job(|_| true, before).is_none(), "held");
+    assert!(
+        h.queue.next_job(|_| true, until).is_some(),
+        "its hold ended"
+    );
+
+    // Filled up, it goes at once: the next append starts the chunk that waits.
+    while h.queue.ops.len() == 1 {
+        h.append(&bytes(3_000, 2));
+    }
+    assert!(h.queue.held_until().is_some_and(|next| next >= until));
+    assert!(h.queue.next_job(|_| true, before).is_some(), "full");
+    assert!(h.take());
+    h.complete(0);
+
+    // A waiter (sync, flush, room) wants every queued byte written: nothing is held.
+    assert!(h.queue.next_job(|_| true, before).is_none(), "held");
+    h.queue.want_written();
+    assert_eq!(h.queue.held_until(), None);
+    assert!(h.queue.next_job(|_| true, before).is_some(), "wanted");
+    h.drain();
+    h.check_disk();
+    drop(h);
+    crate::stage::uninstall();
 }
