@@ -274,7 +274,7 @@ impl Log {
     /// written if the cache changed.
     fn stored(&self, epochs_changed: bool) {
         self.inner.signals.writer.notify_all();
-        if self.inner.state.borrow().queue.unstaged_chunks == 0 {
+        if self.inner.state.borrow().queue.all_staged() {
             // Staged: written (to the kernel) already; acks=1 and the high watermark move.
             self.inner.signals.progress.notify_all();
         }

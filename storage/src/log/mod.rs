@@ -273,7 +273,7 @@ impl State {
     /// stage (`crate::stage`): what a crash of the process cannot take back. While no queued
     /// chunk is outside the stage, that is every appended batch.
     fn written_end_offset(&self) -> i64 {
-        if self.queue.unstaged_chunks == 0 {
+        if self.queue.all_staged() {
             self.log_end_offset
         } else {
             self.files_end_offset

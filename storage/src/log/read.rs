@@ -97,7 +97,7 @@ impl Inner {
         // unless they are staged: readers bounded by what is written (followers, consumers
         // below the high watermark) use queued bytes only when the stage holds every one of
         // them (`State::written_end_offset`), and copying them cost as much as the read.
-        let end = if position + need as u64 <= written && state.queue.unstaged_chunks > 0 {
+        let end = if position + need as u64 <= written && !state.queue.all_staged() {
             end.min(written)
         } else {
             end

@@ -217,9 +217,8 @@ pub(super) struct WriteQueue {
     /// Of `pending_bytes`, those in chunks outside the stage: heap memory, and the queue's
     /// bound (`has_room`).
     pub(super) heap_pending_bytes: usize,
-    /// Chunks not yet retired whose memory is not staged: while there is none, every
-    /// appended byte survives a crash of the process.
-    pub(super) unstaged_chunks: usize,
+    /// Chunks not yet retired whose memory is not staged (`all_staged`).
+    unstaged_chunks: usize,
     next_chunk_bytes: usize,
     /// The log's directory (absolute), which staged chunks name.
     dir: Box<[u8]>,
@@ -288,7 +287,7 @@ impl WriteQueue {
     /// queue holding any chunk outside the stage holds nothing back: its appends are written
     /// only once their files are (`State::written_end_offset`).
     pub(super) fn held_until(&self) -> Option<Instant> {
-        if self.unstaged_chunks > 0 {
+        if !self.all_staged() {
             return None;
         }
         match self.ops.back() {
@@ -302,6 +301,12 @@ impl WriteQueue {
             }
             _ => None,
         }
+    }
+
+    /// No queued chunk is outside the stage: every appended byte survives a crash of the
+    /// process.
+    pub(super) fn all_staged(&self) -> bool {
+        self.unstaged_chunks == 0
     }
 
     /// Something waits for every op queued so far to be written: none of them is held.
