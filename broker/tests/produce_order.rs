@@ -3,8 +3,8 @@
 //! naming one partition or several, with the partitions' write queues full.
 //!
 //! Method: a real two-shard node whose write queues hold little (`log.write.buffer.bytes` =
-//! 64 KiB, so eight of them = 512 KiB outside the stage, and a stage of 1 MiB that the
-//! cache's chunks soon fill), a topic with a partition on each shard, and one
+//! 64 KiB, so eight of them = 512 KiB outside the stage, and a stage of 1 MiB per shard),
+//! a topic with a partition on each shard, and one
 //! connection that keeps a window of pipelined Produce requests in flight, batches of 1 KiB
 //! to 1 MiB (each a single record carrying its sequence number). Most appends find the queue
 //! full and wait for room, which is where a later request used to overtake a waiting one.

@@ -20,6 +20,9 @@
 //! of what tailing consumers need, and each serves one reader: a read of the same log
 //! that starts past its end removes it (the next window overlaps the tail of the one
 //! before, so a read-ahead lives until the read after next), making room for later ones.
+//! Written chunks in the stage (`crate::stage`) give way to write queues: when the stage is
+//! full, the oldest of them are dropped (`give_back_staged`), since a queue's chunk outside
+//! the stage makes its acks=1 answers wait for the disk.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -78,6 +81,11 @@ struct CacheEntry {
 }
 
 impl CacheEntry {
+    /// A written chunk whose memory is a run of the stage.
+    fn is_staged(&self) -> bool {
+        matches!(&self.data, CachedBytes::Written(chunk) if chunk.is_staged())
+    }
+
     fn is_read_ahead(&self) -> bool {
         match self.data {
             CachedBytes::Written(_) => false,
@@ -115,6 +123,8 @@ struct Entries {
     next_seq: u64,
     bytes: usize,
     read_ahead_bytes: usize,
+    /// Of `bytes`, those of entries whose memory is in the stage.
+    staged_bytes: usize,
     /// Every entry by insertion number: the first is the oldest.
     by_age: BTreeMap<u64, CacheEntry>,
     logs: HashMap<u64, LogEntries>,
@@ -130,6 +140,9 @@ impl Entries {
             self.read_ahead_bytes += entry.charge_bytes;
             log.read_aheads.push(seq);
         }
+        if entry.is_staged() {
+            self.staged_bytes += entry.charge_bytes;
+        }
         let segment = log.segments.entry(entry.segment_base_offset).or_default();
         segment.starts.insert((entry.position, seq));
         segment.len_max = segment.len_max.max(entry.len as u64);
@@ -142,6 +155,9 @@ impl Entries {
         self.bytes -= entry.charge_bytes;
         if entry.is_read_ahead() {
             self.read_ahead_bytes -= entry.charge_bytes;
+        }
+        if entry.is_staged() {
+            self.staged_bytes -= entry.charge_bytes;
         }
         Some(entry)
     }
@@ -258,6 +274,31 @@ impl BatchCache {
             charge_bytes,
             data,
         });
+    }
+
+    /// Drops the oldest entries whose memory is in the stage, at least `bytes` of them if it
+    /// holds that many: the stage is full, and a write queue needs the room more (its acks
+    /// would wait for the disk in heap memory). The slots come back to the stage once no
+    /// read holds the chunk either.
+    pub(crate) fn give_back_staged(&self, bytes: usize) {
+        let mut entries = self.entries.borrow_mut();
+        if entries.staged_bytes == 0 {
+            return;
+        }
+        let mut oldest = Vec::new();
+        let mut given = 0;
+        for (&seq, entry) in &entries.by_age {
+            if given >= bytes {
+                break;
+            }
+            if entry.is_staged() {
+                oldest.push(seq);
+                given += entry.charge_bytes;
+            }
+        }
+        for seq in oldest {
+            entries.remove(seq);
+        }
     }
 
     /// Bytes that read-ahead entries hold.

@@ -108,12 +108,9 @@ impl ChunkMemory {
     }
 
     /// At least `capacity` bytes (whole slots) of this thread's stage, pending for `target`,
-    /// when it has a stage with room; heap memory (`allocate`) otherwise.
-    pub(crate) fn allocate_staged(capacity: usize, target: &StageTarget) -> ChunkMemory {
-        match StagedRun::allocate(capacity, target) {
-            Some(run) => ChunkMemory(Memory::Staged(run)),
-            None => ChunkMemory::allocate(capacity),
-        }
+    /// when it has a stage with room.
+    pub(crate) fn allocate_staged(capacity: usize, target: &StageTarget) -> Option<ChunkMemory> {
+        StagedRun::allocate(capacity, target).map(|run| ChunkMemory(Memory::Staged(run)))
     }
 
     /// The memory outlives the process (see `crate::stage`).
@@ -183,6 +180,11 @@ impl SharedChunk {
 
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.memory().as_bytes()[..self.len]
+    }
+
+    /// Its memory is a run of the stage.
+    pub(crate) fn is_staged(&self) -> bool {
+        matches!(self.memory(), Memory::Staged(_))
     }
 
     /// The chunk's write completed: a staged chunk is no longer replayed after a crash.

@@ -91,7 +91,7 @@ impl Log {
             // Recovery keeps only what the file holds; whether the disk holds it is unknown,
             // but nothing of it is in a cache this process could lose.
             synced_end_offset: log_end_offset,
-            queue: WriteQueue::new(&dir),
+            queue: WriteQueue::new(&dir, cache.clone()),
             sync_in_flight: false,
             dirty_files: Vec::new(),
             failed: None,

@@ -21,10 +21,12 @@
 //! stage), and a staged chunk's filled length always covers its appended bytes.
 
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{shard_writes, LogConfig};
+use crate::cache::BatchCache;
 use crate::chunk_memory::{ChunkMemory, SharedChunk};
 use crate::io::{align_down, align_up, IoMode, BLOCK_BYTES};
 use crate::segment::Segment;
@@ -222,12 +224,15 @@ pub(super) struct WriteQueue {
     next_chunk_bytes: usize,
     /// The log's directory (absolute), which staged chunks name.
     dir: Box<[u8]>,
+    /// The shard's cache, which gives its staged chunks back when the stage is full.
+    cache: Rc<BatchCache>,
 }
 
 impl WriteQueue {
-    pub(super) fn new(dir: &std::path::Path) -> WriteQueue {
+    pub(super) fn new(dir: &std::path::Path, cache: Rc<BatchCache>) -> WriteQueue {
         use std::os::unix::ffi::OsStrExt;
         WriteQueue {
+            cache,
             unstaged_chunks: 0,
             dir: dir.as_os_str().as_bytes().into(),
             ops: VecDeque::new(),
@@ -468,7 +473,14 @@ impl WriteQueue {
                     segment_base_offset,
                     position: block_position,
                 };
-                let mut buf = ChunkMemory::allocate_staged(capacity_bytes, &target);
+                let mut buf = ChunkMemory::allocate_staged(capacity_bytes, &target)
+                    .or_else(|| {
+                        // The stage is full: written chunks the cache keeps there give way to
+                        // the queue, whose acks would otherwise wait for the disk.
+                        self.cache.give_back_staged(capacity_bytes);
+                        ChunkMemory::allocate_staged(capacity_bytes, &target)
+                    })
+                    .unwrap_or_else(|| ChunkMemory::allocate(capacity_bytes));
                 // A staged chunk takes whole slots: room for later appends, not waste.
                 let capacity_bytes = buf.len();
                 buf.as_bytes_mut()[..head_bytes].copy_from_slice(&head[..head_bytes]);

@@ -165,3 +165,42 @@ fn staged_appends_within_a_hold_share_one_write_that_needs_no_waiter() {
         stage::uninstall();
     });
 }
+
+#[test]
+fn a_full_stage_takes_back_the_caches_chunks_for_the_queue() {
+    run(|| async {
+        let data = tempfile::tempdir().expect("tmp");
+        let data_dir = std::path::absolute(data.path()).expect("absolute");
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+        // 16 slots, and a cache (8 MiB) that could keep far more written chunks than that.
+        stage::install(shm.path(), &data_dir, 0, 1 << 20)
+            .expect("install")
+            .expect("/dev/shm is tmpfs: a stage");
+        let (log, _, records) = small_queue_log(&data_dir.join("topic-0"), IoMode::Direct).await;
+        // 2 MiB of 10 KB batches in 64 KiB chunks: twice what the stage holds.
+        for _ in 0..200 {
+            while let Err(error) = log.append(&records, 0, 0) {
+                match error {
+                    AppendError::Storage(StorageError::WriteBufferFull { .. }) => {
+                        log.wait_for_room(records.len()).await.expect("room")
+                    }
+                    error => panic!("append: {error}"),
+                }
+            }
+        }
+        log.flush().await.expect("flush");
+        // Every slot now holds a written chunk the cache keeps. Nothing awaited from here: the
+        // disk stalls, and the queue must be staged to answer acks=1 at once.
+        for _ in 0..20 {
+            let info = log.append(&records, 0, 0).expect("append");
+            assert!(
+                log.written_end_offset() > info.last_offset,
+                "answered from the stage, in slots the cache gave back"
+            );
+        }
+        log.flush().await.expect("flush");
+        assert_eq!(read_all(&log, 0).await.len(), 220 * records.len());
+        drop(log);
+        stage::uninstall();
+    });
+}

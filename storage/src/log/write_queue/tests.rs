@@ -47,7 +47,10 @@ impl Harness {
     fn new(io_mode: IoMode) -> Harness {
         Harness {
             config: config(io_mode),
-            queue: WriteQueue::new(std::path::Path::new("/test/topic-0")),
+            queue: WriteQueue::new(
+                std::path::Path::new("/test/topic-0"),
+                std::rc::Rc::new(crate::cache::BatchCache::new(0)),
+            ),
             segments: vec![Segment::new(0, None)],
             appended: HashMap::new(),
             disk: HashMap::new(),
