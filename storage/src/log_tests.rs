@@ -630,6 +630,18 @@ fn appends_beyond_the_pending_limit_get_backpressure() {
     });
 }
 
+/// Appends `records`, waiting for room in the write queue as often as it is full.
+async fn append_waiting_for_room(log: &Log, records: &[u8]) {
+    while let Err(error) = log.append(records, 0, 0) {
+        match error {
+            AppendError::Storage(StorageError::WriteBufferFull { .. }) => {
+                log.wait_for_room(records.len()).await.expect("room")
+            }
+            error => panic!("append: {error}"),
+        }
+    }
+}
+
 /// A log with 64 KiB write buffers (a 512 KiB write queue), and a ~10 KB batch, which does
 /// not divide a buffer.
 async fn small_queue_log(dir: &Path, mode: IoMode) -> (Log, LogConfig, Vec<u8>) {
@@ -686,14 +698,7 @@ fn full_chunks_are_written_two_at_a_time_in_direct_mode() {
             let (log, config, records) = small_queue_log(dir.path(), mode).await;
             let count = 300;
             for _ in 0..count {
-                while let Err(error) = log.append(&records, 0, 0) {
-                    match error {
-                        AppendError::Storage(StorageError::WriteBufferFull { .. }) => {
-                            log.wait_for_room(records.len()).await.expect("room")
-                        }
-                        error => panic!("append: {error}"),
-                    }
-                }
+                append_waiting_for_room(&log, &records).await;
             }
             log.sync().await.expect("sync");
             let writes = log.disk_writes();

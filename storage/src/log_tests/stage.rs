@@ -179,14 +179,7 @@ fn a_full_stage_takes_back_the_caches_chunks_for_the_queue() {
         let (log, _, records) = small_queue_log(&data_dir.join("topic-0"), IoMode::Direct).await;
         // 2 MiB of 10 KB batches in 64 KiB chunks: twice what the stage holds.
         for _ in 0..200 {
-            while let Err(error) = log.append(&records, 0, 0) {
-                match error {
-                    AppendError::Storage(StorageError::WriteBufferFull { .. }) => {
-                        log.wait_for_room(records.len()).await.expect("room")
-                    }
-                    error => panic!("append: {error}"),
-                }
-            }
+            append_waiting_for_room(&log, &records).await;
         }
         log.flush().await.expect("flush");
         // Every slot now holds a written chunk the cache keeps. Nothing awaited from here: the
