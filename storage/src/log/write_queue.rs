@@ -296,11 +296,9 @@ impl WriteQueue {
             return None;
         }
         match self.ops.back() {
+            // Staged (every chunk is) and not taken (a taken chunk has no room).
             Some(WriteOp::Data(chunk))
-                if chunk.staged
-                    && matches!(chunk.buf, ChunkBuf::Dma(_))
-                    && chunk.room_bytes() > 0
-                    && chunk.op_seq > self.write_through =>
+                if chunk.room_bytes() > 0 && chunk.op_seq > self.write_through =>
             {
                 Some(chunk.opened_at + STAGED_HOLD)
             }
