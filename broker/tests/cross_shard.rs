@@ -8,7 +8,8 @@
 //! each answer's correlation id). Last, a fetch parked at the log end with a long
 //! `max_wait_ms` must return soon after another connection produces, and one that asks for
 //! more bytes (`min_bytes`) than there are waits out its `max_wait_ms` without spending the
-//! node's CPU.
+//! node's CPU, while one that names a topic id the node does not know is answered at once
+//! with UNKNOWN_TOPIC_ID, as Kafka answers any error, beside partitions that would wait.
 
 mod common;
 
@@ -29,7 +30,8 @@ fn name() -> TopicName {
     TopicName(StrBytes::from_static_str(TOPIC))
 }
 
-fn create(client: &mut common::Client) {
+/// Creates the topic; returns its id.
+fn create(client: &mut common::Client) -> uuid::Uuid {
     let request = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
         .with_name(name())
         .with_num_partitions(8)
@@ -39,6 +41,7 @@ fn create(client: &mut common::Client) {
         unreachable!()
     };
     assert_eq!(answer.topics[0].error_code, 0);
+    answer.topics[0].topic_id
 }
 
 fn produce_request(round: usize) -> ProduceRequest {
@@ -306,4 +309,51 @@ fn a_fetch_short_of_its_min_bytes_waits_without_spinning() {
         "answered after {waited:?}"
     );
     assert!(records(&answer).0 > existing.len(), "with the new records");
+}
+
+#[test]
+fn a_fetch_naming_an_unknown_topic_id_is_answered_at_once() {
+    let node = Node::start(&[]);
+    let mut client = node.connect();
+    let known = create(&mut client);
+    let unknown = uuid::Uuid::from_u128(7);
+    let topic = |id, partitions: &[i32]| {
+        FetchTopic::default().with_topic_id(id).with_partitions(
+            partitions
+                .iter()
+                .map(|&p| {
+                    FetchPartition::default()
+                        .with_partition(p)
+                        .with_partition_max_bytes(1 << 20)
+                })
+                .collect(),
+        )
+    };
+    // Every known partition is empty: alone, this fetch would wait out its 30 seconds. A
+    // follower that names a topic its leader has not learnt yet sends such fetches.
+    let request = FetchRequest::default()
+        .with_max_wait_ms(30_000)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![topic(known, &[0, 5]), topic(unknown, &[0])]);
+    let started = Instant::now();
+    let ResponseKind::Fetch(answer) = client.call(13, RequestKind::Fetch(request)) else {
+        unreachable!()
+    };
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "an error answers at once; answered after {waited:?}"
+    );
+    let errors: Vec<Vec<i16>> = answer
+        .responses
+        .iter()
+        .map(|t| t.partitions.iter().map(|p| p.error_code).collect())
+        .collect();
+    assert_eq!(
+        errors,
+        [vec![0, 0], vec![100]],
+        "UNKNOWN_TOPIC_ID for the unknown id only"
+    );
 }

@@ -178,10 +178,16 @@ pub async fn handle(
             .map(|(_, d)| d.records.as_ref().map_or(0, Bytes::len))
             .sum();
         held.shrink_to(total_bytes);
-        let failed = answers.iter().any(|(_, d)| d.error_code != NONE);
         for ((topic_index, partition_index), data) in answers {
             response.responses[topic_index].partitions[partition_index] = data;
         }
+        // As in Kafka, an error anywhere answers at once: one read on an owner, or a topic id
+        // this node does not know (never read, answered with the error it was given above).
+        let failed = response
+            .responses
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .any(|partition| partition.error_code != NONE);
         // A follower woken by new writes takes them at once, however few.
         let follower_woken = woken && replica_id >= 0;
         if total_bytes >= min_bytes || failed || follower_woken || Instant::now() >= deadline {
