@@ -13,7 +13,10 @@
 //!   follows the cut.
 //! - A partition that failed is left out of fetches for `replica.fetch.backoff.ms`; a
 //!   failed connection, or one that left a fetch unanswered for
-//!   `replica.socket.timeout.ms`, is dropped and retried after the same backoff.
+//!   `replica.socket.timeout.ms`, is dropped and retried after the same backoff. A leader
+//!   that does not know the partition yet (its metadata behind this node's, as right after
+//!   the topic's creation) is asked again sooner: after `LEADER_BEHIND_PAUSE`, doubled for
+//!   each such answer in a row, up to the backoff.
 //! - With `replica.fsync.before.fetch`, a fetch's offset never passes what is fdatasynced
 //!   here: the appended batches are synced (one group commit per fetch answer) first.
 
@@ -75,6 +78,7 @@ async fn fetch_from(shard: Rc<Shard>, leader: i32) {
         leader,
         connection: None,
         resting: HashMap::new(),
+        behind: HashMap::new(),
         fetch_from: HashMap::new(),
     };
     fetcher.run().await;
@@ -94,12 +98,42 @@ type PartitionKey = (String, i32);
 /// How long a fetcher left with only throttled replicas waits before it looks again.
 const THROTTLED_PAUSE: Duration = Duration::from_millis(100);
 
+/// The first pause for a partition its leader answered as unknown to it (see
+/// `leader_is_behind`). Metadata reaches the nodes of a cluster within milliseconds of each
+/// other; the full backoff (Kafka's default 1 s) would hold every acks=all write to a new
+/// topic for that long.
+const LEADER_BEHIND_PAUSE: Duration = Duration::from_millis(10);
+
+/// The pause after an answer that says the leader is behind, given the pause the answer
+/// before it in a row cost: `LEADER_BEHIND_PAUSE`, doubled each time, never over `backoff`.
+fn behind_pause(last: Option<Duration>, backoff: Duration) -> Duration {
+    last.map_or(LEADER_BEHIND_PAUSE, |last| last * 2)
+        .min(backoff)
+}
+
+/// Whether a partition's error says its leader has not yet applied the metadata this node
+/// follows it by: the topic or partition unknown there, not its leader yet, or a leader
+/// epoch newer than its own.
+fn leader_is_behind(error_code: i16) -> bool {
+    [
+        ResponseError::UnknownTopicId,
+        ResponseError::UnknownTopicOrPartition,
+        ResponseError::NotLeaderOrFollower,
+        ResponseError::UnknownLeaderEpoch,
+    ]
+    .into_iter()
+    .any(|error| code(error) == error_code)
+}
+
 struct Fetcher {
     shard: Rc<Shard>,
     leader: i32,
     connection: Option<Connection>,
     /// Partitions left out of fetches until the instant given (after an error).
     resting: HashMap<PartitionKey, Instant>,
+    /// Partitions whose last answers said the leader does not know them yet, with the pause
+    /// the last of them cost.
+    behind: HashMap<PartitionKey, Duration>,
     /// Where to fetch a partition from when that is past its log end: the leader's log
     /// start, for a replica whose whole log is below it.
     fetch_from: HashMap<PartitionKey, i64>,
@@ -116,6 +150,11 @@ impl Fetcher {
             let all = self.shard.followed_from(self.leader);
             if all.is_empty() {
                 return;
+            }
+            if !self.behind.is_empty() {
+                self.behind.retain(|(topic, index), _| {
+                    all.iter().any(|(t, p)| t == topic && p.index == *index)
+                });
             }
             let now = Instant::now();
             self.resting.retain(|_, until| *until > now);
@@ -316,8 +355,15 @@ impl Fetcher {
                     continue;
                 }
                 match self.apply_partition(item, data).await {
-                    Ok(true) => appended.push(item),
-                    Ok(false) => {}
+                    Ok(appended_here) => {
+                        if appended_here {
+                            appended.push(item);
+                        }
+                        if !self.behind.is_empty() {
+                            self.behind
+                                .remove(&(item.topic.clone(), item.partition.index));
+                        }
+                    }
                     Err(error) => self.rest(item, &error),
                 }
             }
@@ -341,13 +387,22 @@ impl Fetcher {
         }
     }
 
-    /// Leaves a partition that failed out of fetches for the backoff.
+    /// Leaves a partition that failed out of fetches for the backoff, or for less while its
+    /// leader only lags behind this node's metadata.
     fn rest(&mut self, item: &Followed, error: &anyhow::Error) {
         tracing::debug!(topic = %item.topic, partition = item.partition.index,
             leader = self.leader, %error, "replica fetch of a partition failed");
-        let until = Instant::now() + self.shard.config.replica_fetch.backoff;
-        self.resting
-            .insert((item.topic.clone(), item.partition.index), until);
+        let key = (item.topic.clone(), item.partition.index);
+        let backoff = self.shard.config.replica_fetch.backoff;
+        let pause = match client::code_of(error) {
+            Some(error_code) if leader_is_behind(error_code) => {
+                let pause = behind_pause(self.behind.get(&key).copied(), backoff);
+                self.behind.insert(key.clone(), pause);
+                pause
+            }
+            _ => backoff,
+        };
+        self.resting.insert(key, Instant::now() + pause);
     }
 
     /// Applies one partition's answer; true if it appended batches.
@@ -452,6 +507,43 @@ async fn append(partition: &Partition, records: &Bytes) -> Result<(), AppendErro
                 partition.log.wait_for_room(whole.len()).await?;
             }
             Err(error) => return Err(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_behind_on_metadata_is_asked_again_sooner_each_time_up_to_the_backoff() {
+        let backoff = Duration::from_millis(1000);
+        let mut pauses = vec![behind_pause(None, backoff)];
+        while pauses.len() < 9 {
+            pauses.push(behind_pause(pauses.last().copied(), backoff));
+        }
+        let ms: Vec<u128> = pauses.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(behind_pause(None, Duration::from_millis(5)).as_millis(), 5);
+    }
+
+    #[test]
+    fn only_errors_of_a_leader_that_lags_the_metadata_shorten_the_pause() {
+        for error in [
+            ResponseError::UnknownTopicId,
+            ResponseError::UnknownTopicOrPartition,
+            ResponseError::NotLeaderOrFollower,
+            ResponseError::UnknownLeaderEpoch,
+        ] {
+            assert!(leader_is_behind(code(error)), "{error:?}");
+        }
+        for error in [
+            ResponseError::FencedLeaderEpoch,
+            ResponseError::KafkaStorageError,
+            ResponseError::CorruptMessage,
+            ResponseError::UnknownServerError,
+        ] {
+            assert!(!leader_is_behind(code(error)), "{error:?}");
         }
     }
 }
