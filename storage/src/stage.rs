@@ -296,6 +296,16 @@ fn lock(file: &File) -> bool {
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
+/// Whether `path` still names the open `file` (not removed, nor replaced since it was
+/// opened).
+fn still_named(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+        _ => false,
+    }
+}
+
 fn is_tmpfs(dir: &Path) -> bool {
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;
@@ -423,7 +433,9 @@ pub fn replay(stage_dir: &Path, data_dir: &Path) -> Result<Replayed, StorageErro
         let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
             continue;
         };
-        if !lock(&file) {
+        // Another node starting beside this one may have held the lock first and removed
+        // the file: what the lock then guards is no longer the file of that name.
+        if !lock(&file) || !still_named(&file, &path) {
             continue;
         }
         let Some(layout) = Layout::read(&file) else {
@@ -730,5 +742,48 @@ mod tests {
             "the stage of a directory that is gone goes"
         );
         assert_eq!(std::fs::read_dir(crashed.path()).expect("list").count(), 0);
+    }
+
+    #[test]
+    fn nodes_starting_side_by_side_remove_a_dead_nodes_stages_without_tripping() {
+        // Stage files of data directories that are gone, as killed nodes leave them.
+        let shm = tempfile::tempdir_in("/dev/shm").expect("shm");
+        let stale: Vec<PathBuf> = std::thread::spawn({
+            let shm = shm.path().to_path_buf();
+            move || {
+                (0..256)
+                    .map(|shard| {
+                        let gone = tempfile::tempdir().expect("tmp");
+                        let path = install(&shm, gone.path(), shard, SLOT_BYTES as u64)
+                            .expect("install")
+                            .expect("tmpfs");
+                        STAGE.with_borrow_mut(Option::take);
+                        path
+                    })
+                    .collect()
+            }
+        })
+        .join()
+        .expect("installs");
+        // Four nodes replay the same directory at once, each for its own data directory.
+        let start = Arc::new(std::sync::Barrier::new(4));
+        let replays: Vec<_> = (0..4)
+            .map(|_| {
+                let (shm, start) = (shm.path().to_path_buf(), start.clone());
+                std::thread::spawn(move || {
+                    let data = tempfile::tempdir().expect("tmp");
+                    start.wait();
+                    replay(&shm, data.path())
+                })
+            })
+            .collect();
+        for replayed in replays {
+            let replayed = replayed.join().expect("replay thread");
+            assert_eq!(replayed.expect("replay"), Replayed::default());
+        }
+        assert!(
+            stale.iter().all(|path| !path.exists()),
+            "every stale stage goes"
+        );
     }
 }
