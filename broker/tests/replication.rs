@@ -21,18 +21,22 @@
 //!   not.
 //! - A follower whose leader leaves a fetch unanswered (frozen, still registered) gives up
 //!   on it after `replica.socket.timeout.ms` and connects again.
+//! - A new topic's first acks=all writes wait for no follower fetch that was already waiting
+//!   at their leader (`replica.fetch.wait.max.ms`), nor for the fetch backoff of a follower
+//!   that named the topic before its leader knew it.
 //!
 //! Every wait is bounded.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::cluster::{wait_for, Cluster};
 use common::replicated::{
-    fetch_as_follower, leaders_among, produce_round, states, wait_isr, wait_readable, with_topic,
-    Acknowledged, PARTITIONS, TOPIC,
+    create_named, fetch_as_follower, leaders_among, produce_round, produce_to_leader, states,
+    wait_isr, wait_readable, with_topic, Acknowledged, PARTITIONS, TOPIC,
 };
 use common::{
     batch, commit_offset, committed_offset, find_coordinator, produce, read_values, Stopped,
@@ -481,4 +485,42 @@ fn a_follower_drops_a_fetch_its_leader_leaves_unanswered_for_the_socket_timeout(
         "the follower gave up after {waited:?}: {failure}"
     );
     wait_isr(&cluster, &[1, 2, 3]);
+}
+
+#[test]
+fn a_new_topics_first_acks_all_writes_wait_for_no_fetch_already_waiting() {
+    // Every follower's fetch waits at its leader for up to 20 s when there is nothing new,
+    // and a partition that failed rests the default backoff (1 s) before it is fetched again.
+    let wait = Duration::from_secs(20);
+    let (cluster, _, _) = started(&[
+        "replica.fetch.wait.max.ms=20000",
+        "replica.socket.timeout.ms=30000",
+        "replica.fetch.backoff.ms=1000",
+    ]);
+    // The first topic is replicated: the fetches of every follower now wait at its leaders.
+    std::thread::sleep(Duration::from_millis(500));
+    let controller = cluster.controller();
+    let started = Instant::now();
+    assert_eq!(create_named(&mut cluster.client(controller), "fresh"), 0);
+    let leaders: BTreeMap<i32, i32> = wait_for(|| {
+        let answer = common::metadata(&mut cluster.client(controller), &["fresh"]);
+        let partitions = &answer.topics.first()?.partitions;
+        let leaders: BTreeMap<i32, i32> = partitions
+            .iter()
+            .filter(|p| p.leader_id.0 >= 0)
+            .map(|p| (p.partition_index, p.leader_id.0))
+            .collect();
+        (leaders.len() == PARTITIONS as usize).then_some(leaders)
+    });
+    for (&partition, &leader) in &leaders {
+        let mut client = cluster.client(leader);
+        let code = produce_to_leader(&mut client, "fresh", partition, "first", -1);
+        assert_eq!(code, 0, "acks=all on partition {partition}");
+    }
+    let took = started.elapsed();
+    assert!(
+        took < wait / 2,
+        "the first acks=all writes took {took:?}: they waited for fetches that did not name the \
+         new partitions"
+    );
 }

@@ -19,6 +19,10 @@
 //!   each such answer in a row, up to the backoff.
 //! - With `replica.fsync.before.fetch`, a fetch's offset never passes what is fdatasynced
 //!   here: the appended batches are synced (one group commit per fetch answer) first.
+//! - A partition this shard comes to follow from the leader while a fetch waits there (a
+//!   new topic, a moved leadership) is fetched at once: the waiting fetch, which does not
+//!   name it, is abandoned with its connection rather than waited out
+//!   (`replica.fetch.wait.max.ms`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -95,6 +99,15 @@ struct Followed {
 
 type PartitionKey = (String, i32);
 
+/// How a fetch ended.
+enum Fetched {
+    Answer(FetchResponse),
+    /// Left unanswered for a partition the fetch did not name (its connection dropped).
+    Abandoned,
+    /// The shard stopped.
+    Stopped,
+}
+
 /// How long a fetcher left with only throttled replicas waits before it looks again.
 const THROTTLED_PAUSE: Duration = Duration::from_millis(100);
 
@@ -147,6 +160,7 @@ impl Fetcher {
             if self.shard.is_stopped() {
                 return;
             }
+            let followed_generation = self.shard.fetchers.followed_changed.generation();
             let all = self.shard.followed_from(self.leader);
             if all.is_empty() {
                 return;
@@ -165,9 +179,14 @@ impl Fetcher {
                 .throttle_rate("follower.replication.throttled.rate");
             let throttled_out = !self.shard.follower_throttle.allows(rate, now);
             let mut sitting_out = 0;
-            let followed: Vec<Followed> = all
+            let unrested: Vec<(String, Rc<Partition>)> = all
                 .into_iter()
                 .filter(|(topic, p)| !self.resting.contains_key(&(topic.clone(), p.index)))
+                .collect();
+            // What this fetch leaves out only while it rests is not news to it.
+            let known: Vec<Rc<Partition>> = unrested.iter().map(|(_, p)| p.clone()).collect();
+            let followed: Vec<Followed> = unrested
+                .into_iter()
                 .filter(|(_, p)| {
                     let sits_out = throttled_out && p.throttles_follower_traffic();
                     sitting_out += usize::from(sits_out);
@@ -193,9 +212,10 @@ impl Fetcher {
                 self.pause(next.saturating_duration_since(now)).await;
                 continue;
             }
-            match self.fetch(&followed).await {
-                Ok(Some(response)) => self.apply(response, &followed).await,
-                Ok(None) => return, // the shard stopped
+            match self.fetch(&followed, &known, followed_generation).await {
+                Ok(Fetched::Answer(response)) => self.apply(response, &followed).await,
+                Ok(Fetched::Abandoned) => {}
+                Ok(Fetched::Stopped) => return,
                 Err(error) => {
                     tracing::warn!(leader = self.leader, %error, "replica fetch failed");
                     self.connection = None;
@@ -216,8 +236,16 @@ impl Fetcher {
         .await;
     }
 
-    /// One Fetch for every partition in `followed`; `None` if the shard stopped first.
-    async fn fetch(&mut self, followed: &[Followed]) -> Result<Option<FetchResponse>> {
+    /// One Fetch for every partition in `followed`, unless the shard stops first, or a
+    /// partition of this leader outside `known` (this shard's followed partitions as of
+    /// `followed_changed`'s `generation`, less those resting) wants fetching first: one it
+    /// came to follow, or one whose rest ended.
+    async fn fetch(
+        &mut self,
+        followed: &[Followed],
+        known: &[Rc<Partition>],
+        generation: u64,
+    ) -> Result<Fetched> {
         let connection = match self.connection.take() {
             Some(connection) => connection,
             None => self.connect().await?,
@@ -228,22 +256,56 @@ impl Fetcher {
         let stopping = self.shard.stopping.generation();
         let stopped = async {
             self.shard.stopping.changed_since(stopping).await;
-            None
+            Fetched::Stopped
+        };
+        let (shard, leader, resting) = (&self.shard, self.leader, &self.resting);
+        // Looks again at each image and when a rest ends; nothing to look at before either.
+        let grown = async {
+            let changed = &shard.fetchers.followed_changed;
+            let (mut generation, mut rest_ends) = (generation, resting.values().min().copied());
+            loop {
+                let rested = async {
+                    match rest_ends {
+                        Some(end) => {
+                            let left = end.saturating_duration_since(Instant::now());
+                            glommio::timer::sleep(left).await;
+                        }
+                        None => futures_lite::future::pending().await,
+                    }
+                };
+                futures_lite::future::or(changed.changed_since(generation), rested).await;
+                generation = changed.generation();
+                let now = Instant::now();
+                rest_ends = None;
+                for (topic, partition) in shard.followed_from(leader) {
+                    if known.iter().any(|k| Rc::ptr_eq(k, &partition)) {
+                        continue;
+                    }
+                    match resting.get(&(topic, partition.index)) {
+                        Some(&until) if until > now => {
+                            rest_ends = Some(rest_ends.map_or(until, |end| end.min(until)));
+                        }
+                        _ => return Fetched::Abandoned,
+                    }
+                }
+            }
         };
         // A connection's answer is bounded by replica.socket.timeout.ms; past it the caller
         // drops the connection and connects again.
         let timeout = self.shard.config.replica_fetch.socket_timeout;
         let answered = async {
-            Some(
-                connection
-                    .call_with_timeout(version, &request, timeout)
-                    .await,
-            )
+            let answer = connection.call_with_timeout(version, &request, timeout);
+            answer.await.map(Fetched::Answer)
         };
-        match futures_lite::future::or(answered, stopped).await {
-            None => Ok(None),
-            Some(answer) => answer.map(Some),
+        let fetched = futures_lite::future::or(answered, async {
+            Ok(futures_lite::future::or(stopped, grown).await)
+        })
+        .await;
+        if matches!(fetched, Ok(Fetched::Abandoned)) {
+            // Its answer would come on this connection after the next request's turn.
+            self.connection = None;
         }
+        fetched
     }
 
     async fn connect(&self) -> Result<Connection> {

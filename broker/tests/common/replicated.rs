@@ -21,10 +21,15 @@ pub type Acknowledged = BTreeMap<i32, Vec<Bytes>>;
 
 /// CreateTopics of [`TOPIC`]: 3 partitions, 3 replicas, `min.insync.replicas=2`.
 pub fn create(client: &mut Client) -> i16 {
+    create_named(client, TOPIC)
+}
+
+/// CreateTopics of `name` as [`create`] makes [`TOPIC`].
+pub fn create_named(client: &mut Client, name: &str) -> i16 {
     let request = CreateTopicsRequest::default()
         .with_timeout_ms(30_000)
         .with_topics(vec![CreatableTopic::default()
-            .with_name(topic_name(TOPIC))
+            .with_name(topic_name(name))
             .with_num_partitions(PARTITIONS)
             .with_replication_factor(3)
             .with_configs(vec![CreatableTopicConfig::default()
