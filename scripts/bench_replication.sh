@@ -14,6 +14,12 @@
 #                                                   `flush` profile, in each round
 #   CASES="cluster-rf3-acks-all kafka-rf3-acks-all" scripts/bench_replication.sh
 #                                                   only the cases named (as printed)
+#   RATES="100=1500000 1024=160000" scripts/bench_replication.sh
+#                                                   open loop: every case sends that many
+#                                                   messages a second in all (per message
+#                                                   size), latency counted from each
+#                                                   intended send time; a size not named
+#                                                   runs closed loop
 #
 # Every node runs unpinned with one shard and no busy polling, so three brokers and the
 # generator share the machine's CPUs (the cluster writes every byte three times to the same
@@ -31,6 +37,8 @@ rounds=${ROUNDS:-1}
 duration=${DURATION:-10s}
 producers=${PRODUCERS:-4}
 partitions=${PARTITIONS:-3}
+declare -A rates=()
+for pair in ${RATES:-}; do rates[${pair%%=*}]=${pair#*=}; done
 # shellcheck source=scripts/bench_env.sh
 . scripts/bench_env.sh
 bench_env replication
@@ -64,13 +72,14 @@ broker_ticks() {
 # replication factor $5; appends the result line.
 run() {
     local bootstrap=$1 case=$2 size=$3 acks=$4 replicas=$5
-    local json="$out/$case-$size-r$round.json" ticks
+    local json="$out/$case-$size-r$round.json" ticks rate=()
+    [ -z "${rates[$size]:-}" ] || rate=(--rate "${rates[$size]}")
     ticks=$(broker_ticks)
     "$bench" produce --bootstrap-server "$bootstrap" --topic "bench-$case-$size-$round" \
         --partitions "$partitions" --replication-factor "$replicas" \
         --topic-config min.insync.replicas="$((replicas > 1 ? 2 : 1))" \
         --producers "$producers" --message-size "$size" --acks="$acks" \
-        --duration "$duration" --warmup 2s --json >"$json" || true # errors are printed below
+        --duration "$duration" --warmup 2s "${rate[@]}" --json >"$json" || true # errors are printed below
     python3 - "$json" "$case" "$size" "$(($(broker_ticks) - ticks))" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -123,7 +132,7 @@ wanted() { # $1 case: named in $CASES, or every case when it is empty
 }
 
 mkdir -p "$work/disk"
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $producers producers, $partitions partitions, $duration each"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $producers producers, $partitions partitions, $duration each${RATES:+, open loop at ${RATES} msgs/s}"
 for round in $(seq 1 "$rounds"); do
     echo "## round $round; the disk: $(scripts/durable_append.py "$work/disk" --count 2000 | tail -1)"
     if wanted one-node-acks-all; then single one-node-acks-all -1; fi
