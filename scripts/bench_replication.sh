@@ -80,6 +80,10 @@ run() {
         --topic-config min.insync.replicas="$((replicas > 1 ? 2 : 1))" \
         --producers "$producers" --message-size "$size" --acks="$acks" \
         --duration "$duration" --warmup 2s "${rate[@]}" --json >"$json" || true # errors are printed below
+    if [ ! -s "$json" ]; then
+        printf '%-24s %5s B  no result: the run failed (its error is above)\n' "$case" "$size"
+        return 0
+    fi
     python3 - "$json" "$case" "$size" "$(($(broker_ticks) - ticks))" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
