@@ -51,9 +51,10 @@ run() { # label binary index bench-arguments...
     sleep 2 # let the disk finish discarding the run's files
     python3 - "$out/$label-$index.json" "$label" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1])); l = r["latency"]
+r = json.load(open(sys.argv[1])); l = r["latency"]; rt = r.get("round_trip") or {}
 print(f"{sys.argv[2]:>4} {r['msgs_per_s'] / 1e6:6.2f} M msgs/s  p50 {l['p50_ms']:.3f}  "
       f"p99 {l['p99_ms']:.3f}  p99.9 {l['p999_ms']:.3f}  max {l['max_ms']:.2f} ms  "
+      f"round trip p99 {rt.get('p99_ms', 0):.3f}  "
       f"node {r['broker_cpu_s_per_million'] or 0:.3f} CPU-s/M  errors {sum(r['errors'].values())}")
 PY
 }

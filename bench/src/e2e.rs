@@ -165,6 +165,7 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
         mb_per_s: per_s((consumed.measured_messages * load.message_size as u64) as f64) / 1e6,
         wire_mb_per_s: per_s(consumed.measured_wire_bytes as f64) / 1e6,
         latency: Latency::of(&consumed.hist),
+        round_trip: Latency::default(),
         clamped: consumed.clamped,
         errors,
         log_end_offset_total: None,

@@ -167,6 +167,8 @@ pub fn assign(
 /// What one core (or one producer) measured; merged into a `Summary`.
 pub struct Tally {
     pub hist: Histogram<u64>,
+    /// Request round trips (send to answer) in the measured window, one sample per request.
+    pub round_trip: Histogram<u64>,
     pub sent: u64,
     pub acked: u64,
     pub measured_messages: u64,
@@ -184,6 +186,7 @@ impl Tally {
     pub fn new() -> Tally {
         Tally {
             hist: report::new_histogram(),
+            round_trip: report::new_histogram(),
             sent: 0,
             acked: 0,
             measured_messages: 0,
@@ -203,6 +206,9 @@ impl Tally {
     pub fn merge(&mut self, other: Tally) {
         // Both come from `report::new_histogram`, so the bounds match.
         self.hist.add(&other.hist).expect("same histogram bounds");
+        self.round_trip
+            .add(&other.round_trip)
+            .expect("same histogram bounds");
         self.sent += other.sent;
         self.acked += other.acked;
         self.measured_messages += other.measured_messages;
@@ -377,6 +383,7 @@ fn summarize(
         mb_per_s: per_s((t.measured_messages * plan.message_bytes as u64) as f64) / 1e6,
         wire_mb_per_s: per_s(t.measured_wire_bytes as f64) / 1e6,
         latency: Latency::of(&t.hist),
+        round_trip: Latency::of(&t.round_trip),
         clamped: t.clamped,
         errors: t.errors.clone(),
         log_end_offset_total,
@@ -544,6 +551,12 @@ pub(crate) mod tests {
                 assert_eq!(s.acked, 5_000, "case {i}");
                 assert!(s.latency.count > 0 && s.latency.count <= 5_000, "case {i}");
                 assert_eq!(s.latency.count, s.measured_messages, "case {i}");
+                // One round trip per request, each no longer than its messages' latency.
+                let r = &s.round_trip;
+                assert!(r.count > 0 && r.count < s.latency.count, "case {i}: {r:?}");
+                assert!(r.p50_ms <= s.latency.max_ms, "case {i}: {r:?}");
+            } else {
+                assert_eq!(s.round_trip.count, 0, "case {i}");
             }
             assert!(s.measured_messages > 0 && s.msgs_per_s > 0.0, "case {i}");
         }

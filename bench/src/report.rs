@@ -293,6 +293,12 @@ pub struct Summary {
     /// Batch bytes (as on the wire and on disk) megabytes per second.
     pub wire_mb_per_s: f64,
     pub latency: Latency,
+    /// Produce round trips, one sample per request: from the request's send to its answer.
+    /// In an open-loop run the message latency is this plus the wait for the request's send
+    /// (an in-flight slot, the generator's own turn); a tail in `latency` that this lacks was
+    /// spent in the generator's pipeline, not at the broker. Empty for acks=0 and consume runs.
+    #[serde(default)]
+    pub round_trip: Latency,
     /// Latency samples that were past the histogram top and clamped.
     pub clamped: u64,
     pub errors: BTreeMap<String, u64>,
@@ -377,6 +383,15 @@ impl Summary {
                 "{} ms: p50 {:.3} p90 {:.3} p99 {:.3} p99.9 {:.3} p99.99 {:.3} max {:.3} (n={})",
                 if consume { "fetch round trip" } else { "latency" },
                 l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms, l.count
+            );
+        }
+        let r = &self.round_trip;
+        if r.count > 0 {
+            let _ = writeln!(
+                s,
+                "round trip ms (per request): p50 {:.3} p90 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} \
+                 (n={})",
+                r.p50_ms, r.p90_ms, r.p99_ms, r.p999_ms, r.max_ms, r.count
             );
         }
         if let (Some(cpu), Some(per_million)) = (self.broker_cpu_s, self.broker_cpu_s_per_million) {

@@ -363,6 +363,10 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
             last_base_offset = base_offset;
             let t = &mut s.tally;
             t.acked += f.count;
+            if f.send_ns >= tl.warmup_end_ns {
+                // Past the top only if the message latency is too, which counts it.
+                report::record(&mut t.round_trip, ack_ns - f.send_ns, 1);
+            }
             match pacer {
                 None => {
                     if f.send_ns >= tl.warmup_end_ns {
