@@ -137,6 +137,14 @@ pub struct LoadArgs {
     /// report the broker's CPU-seconds per million messages (from /proc/<pid>/stat).
     #[arg(long)]
     pub broker_pid: Option<u32>,
+    /// Produce runs: write every acknowledged request of the measured window to this file, one
+    /// line each: its send time, its answer's arrival, the intended send time of its first
+    /// message (its send time in closed loop), all in CLOCK_MONOTONIC nanoseconds, the clock
+    /// `perf record -k CLOCK_MONOTONIC` stamps its samples with, and its message count; to
+    /// line a latency tail up with a trace of the node. Held in memory until the run ends
+    /// (32 bytes a request).
+    #[arg(long, value_name = "FILE")]
+    pub request_log: Option<std::path::PathBuf>,
     /// Broker-side timeout for acks (Kafka's request timeout).
     #[arg(long, default_value_t = 30_000)]
     pub request_timeout_ms: i32,

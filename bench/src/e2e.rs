@@ -45,6 +45,9 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
     if load.broker_pid.is_some() {
         bail!("--broker-pid is for produce and matrix runs");
     }
+    if load.request_log.is_some() {
+        bail!("--request-log is for produce runs");
+    }
     let rate = load.rate.unwrap_or(DEFAULT_RATE);
     let bootstrap = args.common.bootstrap_server.clone();
     let topic = args.common.topic.clone();

@@ -23,6 +23,9 @@ use client::error::codes::UNKNOWN_TOPIC_OR_PARTITION;
 
 pub fn run(args: &MatrixArgs, command: &str) -> Result<MatrixReport> {
     let out = &args.output;
+    if args.load.request_log.is_some() {
+        anyhow::bail!("--request-log is for produce runs");
+    }
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let broker = if args.broker_label.is_empty() {
         args.common.bootstrap_server.clone()

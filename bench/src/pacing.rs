@@ -62,6 +62,23 @@ pub mod clock {
         EPOCH.get_or_init(Instant::now);
     }
 
+    /// CLOCK_MONOTONIC nanoseconds of `ns` on this clock (`Instant` reads CLOCK_MONOTONIC on
+    /// Linux; the epoch is placed on it once, to within the few nanoseconds of one read).
+    pub fn monotonic_ns(ns: u64) -> u64 {
+        static EPOCH_MONOTONIC_NS: OnceLock<u64> = OnceLock::new();
+        let epoch = *EPOCH_MONOTONIC_NS.get_or_init(|| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC always exists.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+            let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            now - now_ns()
+        });
+        epoch + ns
+    }
+
     #[inline]
     pub fn now_ns() -> u64 {
         EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use client::offsets::LATEST;
 use hdrhistogram::Histogram;
 
@@ -54,6 +54,8 @@ pub struct Plan {
     pub resend_every: Option<u64>,
     /// Records carry keys from a space of this many (`None`: null keys).
     pub keys: Option<u64>,
+    /// Keep each acknowledged request's times (`Tally::requests`) for `--request-log`.
+    pub log_requests: bool,
 }
 
 impl Plan {
@@ -76,6 +78,7 @@ impl Plan {
             idempotent: load.idempotent,
             resend_every: load.resend_every,
             keys: load.keys,
+            log_requests: load.request_log.is_some(),
         }
     }
 }
@@ -169,6 +172,8 @@ pub struct Tally {
     pub hist: Histogram<u64>,
     /// Request round trips (send to answer) in the measured window, one sample per request.
     pub round_trip: Histogram<u64>,
+    /// With `Plan::log_requests`: each acknowledged request of the measured window.
+    pub requests: Vec<RequestTimes>,
     pub sent: u64,
     pub acked: u64,
     pub measured_messages: u64,
@@ -187,6 +192,7 @@ impl Tally {
         Tally {
             hist: report::new_histogram(),
             round_trip: report::new_histogram(),
+            requests: Vec::new(),
             sent: 0,
             acked: 0,
             measured_messages: 0,
@@ -209,6 +215,7 @@ impl Tally {
         self.round_trip
             .add(&other.round_trip)
             .expect("same histogram bounds");
+        self.requests.extend(other.requests);
         self.sent += other.sent;
         self.acked += other.acked;
         self.measured_messages += other.measured_messages;
@@ -221,6 +228,41 @@ impl Tally {
         self.checksum ^= other.checksum;
         self.duplicates_refused += other.duplicates_refused;
     }
+}
+
+/// One acknowledged Produce request, in `clock::now_ns` units.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestTimes {
+    pub send_ns: u64,
+    pub answer_ns: u64,
+    /// The intended send time of its first message (open loop), else its send time.
+    pub first_intended_ns: u64,
+    pub messages: u64,
+}
+
+/// Writes `--request-log`: one line per request, in send order, times on CLOCK_MONOTONIC.
+fn write_request_log(path: &std::path::Path, mut requests: Vec<RequestTimes>) -> Result<()> {
+    use std::io::Write as _;
+    requests.sort_by_key(|r| r.send_ns);
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    writeln!(
+        out,
+        "# send_ns answer_ns first_intended_ns messages (CLOCK_MONOTONIC)"
+    )?;
+    for r in requests {
+        writeln!(
+            out,
+            "{} {} {} {}",
+            clock::monotonic_ns(r.send_ns),
+            clock::monotonic_ns(r.answer_ns),
+            clock::monotonic_ns(r.first_intended_ns),
+            r.messages
+        )?;
+    }
+    out.flush()
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 impl Default for Tally {
@@ -290,6 +332,9 @@ pub fn run(
     let mut total = Tally::new();
     for t in tallies {
         total.merge(t);
+    }
+    if let Some(path) = &load.request_log {
+        write_request_log(path, std::mem::take(&mut total.requests))?;
     }
     let log_end_offset_total = if created && !dry_run {
         let bootstrap = bootstrap.to_string();
@@ -514,6 +559,7 @@ pub(crate) mod tests {
             request_timeout_ms: 30_000,
             seed: 1,
             broker_pid: None,
+            request_log: None,
             idempotent: false,
             resend_every: None,
             keys: None,
@@ -563,6 +609,57 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_request_log_holds_every_measured_request_on_the_monotonic_clock() {
+        let _executors = crate::cores::executor_test_lock();
+        let broker = crate::mock::MockBroker::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("requests.txt");
+        let mut l = load(5_000);
+        l.rate = Some(20_000.0);
+        l.warmup = Duration::from_millis(20);
+        l.request_log = Some(path.clone());
+        let out = run(&broker.addr.to_string(), "log", &spec(3), 0, &l, false).expect("runs");
+        let text = std::fs::read_to_string(&path).expect("request log written");
+        let rows: Vec<Vec<u64>> = text
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .map(|line| {
+                line.split(' ')
+                    .map(|f| f.parse().expect("number"))
+                    .collect()
+            })
+            .collect();
+        let s = &out.summary;
+        assert_eq!(rows.len() as u64, s.round_trip.count);
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid, writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        let mut last_send = 0;
+        for row in &rows {
+            let [send, answer, first_intended, messages] = row[..] else {
+                panic!("four fields: {row:?}");
+            };
+            assert!(
+                first_intended <= send && send <= answer && answer <= now_ns,
+                "{row:?}"
+            );
+            // Within the run: 5 000 messages at 20 000 a second take 250 ms.
+            assert!(now_ns - send < 30_000_000_000, "{row:?}");
+            assert!(send >= last_send && messages > 0, "{row:?}");
+            last_send = send;
+        }
+        let logged: u64 = rows.iter().map(|row| row[3]).sum();
+        assert!(
+            logged >= s.measured_messages && logged <= s.acked,
+            "{logged}"
+        );
+    }
+
+    #[test]
     fn unreachable_broker_is_an_error() {
         let _executors = crate::cores::executor_test_lock();
         let l = load(10);
@@ -588,6 +685,7 @@ pub(crate) mod tests {
             request_timeout_ms: 30_000,
             seed: 1,
             broker_pid: None,
+            request_log: None,
             idempotent: false,
             resend_every: None,
             keys: None,

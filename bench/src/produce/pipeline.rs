@@ -19,7 +19,7 @@ use client::frame::{correlation_id_of, decode_response, read_frame};
 use futures_lite::AsyncWriteExt;
 use kafka_protocol::messages::ProduceRequest;
 
-use super::{Assignment, Plan, Tally, Timeline};
+use super::{Assignment, Plan, RequestTimes, Tally, Timeline};
 use crate::cli::Payload;
 use crate::cores::Counters;
 use crate::encode::{
@@ -155,7 +155,16 @@ pub(crate) async fn producer(plan: &Plan, a: &Assignment, counters: &Counters) -
         let permits = permits.clone();
         let tl = plan.timeline;
         // The reader reports through `shared`; the writer publishes its counts to `counters`.
-        glommio::spawn_local(read_responses(reader, shared, permits, version, tl, pacer))
+        let log_requests = plan.log_requests;
+        glommio::spawn_local(read_responses(
+            reader,
+            shared,
+            permits,
+            version,
+            tl,
+            pacer,
+            log_requests,
+        ))
     });
 
     let mut pool = new_pool(plan, a);
@@ -308,6 +317,7 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
     version: i16,
     tl: Timeline,
     pacer: Option<Pacer>,
+    log_requests: bool,
 ) {
     let mut frame = Vec::with_capacity(1024);
     // Base offset of the last batch answered, for checking the resend that follows it.
@@ -366,6 +376,15 @@ async fn read_responses<R: futures_lite::AsyncRead + Unpin>(
             if f.send_ns >= tl.warmup_end_ns {
                 // Past the top only if the message latency is too, which counts it.
                 report::record(&mut t.round_trip, ack_ns - f.send_ns, 1);
+                if log_requests {
+                    t.requests.push(RequestTimes {
+                        send_ns: f.send_ns,
+                        answer_ns: ack_ns,
+                        first_intended_ns: pacer
+                            .map_or(f.send_ns, |p| p.intended_ns(f.first_index)),
+                        messages: f.count,
+                    });
+                }
             }
             match pacer {
                 None => {
