@@ -56,6 +56,10 @@ const PENDING: u64 = 0x5354_4147_4544_2121;
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 /// Slots whose pages a stage allocates at a time as it grows: 1 MiB.
 const GROWTH_SLOTS: usize = 16;
+/// How long `install` waits for its file's lock: another node starting beside this one holds
+/// it only while its replay looks at the file, far less than this; a node running on the
+/// same data directory holds it for good.
+const INSTALL_LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
 thread_local! {
     static STAGE: RefCell<Option<Arc<StageFile>>> = const { RefCell::new(None) };
@@ -290,10 +294,34 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) ->
     move |e| StorageError::io(action, &path, e)
 }
 
+/// The stage file at `path`, for reading and writing, created empty if missing.
+fn open_or_create(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 /// Takes the `flock` of an open stage file; false if another process holds it.
 fn lock(file: &File) -> bool {
     // SAFETY: flock on a descriptor the caller owns; no memory is involved.
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// `lock`, tried again every few milliseconds until `patience` has passed. Blocking.
+fn lock_within(file: &File, patience: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if lock(file) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// Whether `path` still names the open `file` (not removed, nor replaced since it was
@@ -321,8 +349,8 @@ fn is_tmpfs(dir: &Path) -> bool {
 /// directory is `data_dir`, absolute): the direct-mode chunks its logs allocate from then on
 /// live in `stage_dir` (which must be tmpfs: anything else would turn a crash of the machine
 /// into replayed garbage). Returns the file, or `None` when the stage is off (`bytes` under
-/// one slot), `stage_dir` is not tmpfs, or another process holds the file. Run `replay`
-/// first: installing starts the file afresh.
+/// one slot), `stage_dir` is not tmpfs, or another process holds the file for longer than
+/// `INSTALL_LOCK_PATIENCE`. Run `replay` first: installing starts the file afresh. Blocking.
 pub fn install(
     stage_dir: &Path,
     data_dir: &Path,
@@ -339,14 +367,10 @@ pub fn install(
         return Ok(None);
     }
     let path = stage_path(stage_dir, data_dir, shard);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io_error("create", &path))?;
-    if !lock(&file) {
+    let file = open_or_create(&path).map_err(io_error("create", &path))?;
+    // A node starting beside this one may have opened the file this call just created and
+    // hold its lock while its replay finds it is not a stage file yet: wait that out.
+    if !lock_within(&file, INSTALL_LOCK_PATIENCE) {
         tracing::warn!(path = %path.display(), "stage file in use by another process: no stage");
         return Ok(None);
     }
@@ -742,6 +766,50 @@ mod tests {
             "the stage of a directory that is gone goes"
         );
         assert_eq!(std::fs::read_dir(crashed.path()).expect("list").count(), 0);
+    }
+
+    #[test]
+    fn install_waits_out_a_lock_held_for_a_moment_and_not_one_held_for_good() {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("shm");
+        let data = tempfile::tempdir().expect("tmp");
+        let path = stage_path(shm.path(), data.path(), 0);
+        // Another open file description of the same file: its flock conflicts with
+        // install's as another process's would.
+        let held = |for_good: bool| {
+            let file = open_or_create(&path).expect("open");
+            assert!(lock(&file));
+            if !for_good {
+                // What a replay beside this node does: look, then let go.
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    drop(file);
+                });
+                None
+            } else {
+                Some(file)
+            }
+        };
+        let install_here = || {
+            let (shm, data) = (shm.path().to_path_buf(), data.path().to_path_buf());
+            std::thread::spawn(move || {
+                let installed = install(&shm, &data, 0, SLOT_BYTES as u64).expect("install");
+                STAGE.with_borrow_mut(Option::take);
+                installed
+            })
+            .join()
+            .expect("install thread")
+        };
+        let _brief = held(false);
+        assert_eq!(
+            install_here(),
+            Some(path.clone()),
+            "a moment's lock is waited out"
+        );
+        std::fs::remove_file(&path).expect("remove");
+        let started = std::time::Instant::now();
+        let _for_good = held(true);
+        assert_eq!(install_here(), None, "a lock held for good: no stage");
+        assert!(started.elapsed() >= INSTALL_LOCK_PATIENCE);
     }
 
     #[test]
