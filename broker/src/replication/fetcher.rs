@@ -179,14 +179,13 @@ impl Fetcher {
                 .throttle_rate("follower.replication.throttled.rate");
             let throttled_out = !self.shard.follower_throttle.allows(rate, now);
             let mut sitting_out = 0;
-            let unrested: Vec<(String, Rc<Partition>)> = all
+            // Every partition not resting, throttled ones included: what this fetch leaves
+            // out only while it rests is not news to it.
+            let mut known: Vec<Rc<Partition>> = Vec::new();
+            let followed: Vec<Followed> = all
                 .into_iter()
                 .filter(|(topic, p)| !self.resting.contains_key(&(topic.clone(), p.index)))
-                .collect();
-            // What this fetch leaves out only while it rests is not news to it.
-            let known: Vec<Rc<Partition>> = unrested.iter().map(|(_, p)| p.clone()).collect();
-            let followed: Vec<Followed> = unrested
-                .into_iter()
+                .inspect(|(_, p)| known.push(p.clone()))
                 .filter(|(_, p)| {
                     let sits_out = throttled_out && p.throttles_follower_traffic();
                     sitting_out += usize::from(sits_out);
