@@ -16,6 +16,11 @@
 #   ROUNDS=3 scripts/bench.sh --peer kafka            ringlog, Kafka, ringlog, ... (medians)
 #   KAFKA_PROFILE=flush scripts/bench.sh --peer kafka Kafka fsyncing every append (peer-kafka.sh)
 #   WARMUP_RUN=30s scripts/bench.sh --peer kafka      how long each broker runs before its matrix
+#   MACHINE_LIMITS=0 scripts/bench.sh                 skip measuring the disk and loopback first
+#
+# Before ringlog's matrix (each round), scripts/machine_limits.py measures the disk (fio) and
+# loopback TCP (iperf3) from the node's and the generator's CPUs into machine.json, and
+# table.txt ends with each run's bytes of batches as a share of the smaller of the two.
 #
 # With --peer kafka, scripts/peer-kafka.sh runs Apache Kafka (one node, pinned to the node's
 # CPUs as ringlog is) and each broker gets a fresh data directory for each round; after the
@@ -147,9 +152,25 @@ read_tests() { # report-dir bootstrap
         --duration 10s --json >"$report/e2e.json" || status=$?
 }
 
+# The machine's limit for produce over loopback, measured while no node runs: with the node
+# and the generator on CPUs of their own, and fio and iperf3 installed (Debian packages).
+machine_limits() { # report-dir
+    local report=$1
+    [ "${MACHINE_LIMITS:-1}" != 0 ] && [ ${#node_cpus[@]} -gt 0 ] || return 0
+    if ! command -v fio >/dev/null 2>&1 || ! command -v iperf3 >/dev/null 2>&1; then
+        echo "==> the machine's limits not measured: fio or iperf3 is missing (apt-get install fio iperf3)" >&2
+        return 0
+    fi
+    echo "==> the machine's limits: the disk and loopback TCP (scripts/machine_limits.py)" >&2
+    mkdir -p "$report"
+    python3 scripts/machine_limits.py "$dir" --node-cpu 0 --client-cpu "$cores" --json \
+        >"$report/machine.json" || { status=$?; rm -f "$report/machine.json"; }
+}
+
 run_ringlog() { # report-dir matrix-args...
     local report=$1 data="$dir/ringlog-$RANDOM"
     shift
+    machine_limits "$report"
     # A port below the kernel's ephemeral range (ip_local_port_range), where no client's
     # source port can take it; a taken one makes the node exit with "address already in use".
     local port=$((20000 + RANDOM % 10000))
@@ -173,6 +194,10 @@ run_ringlog() { # report-dir matrix-args...
     grep -q ' ready ' "$data/ringlog.log" || { echo "ringlog was not ready after 30 s" >&2; exit 1; }
     local before=$status
     matrix "$report" "127.0.0.1:$port" "$pid" "$label" "$@"
+    if [ -f "$report/machine.json" ] && [ -f "$report/results.json" ]; then
+        { echo; python3 scripts/machine_limits.py --shares "$report/machine.json" "$report/results.json"; } \
+            >>"$report/table.txt" || status=$?
+    fi
     if [ -n "$peer" ]; then
         perf_test "$report" "127.0.0.1:$port" "$pid"
         read_tests "$report" "127.0.0.1:$port"

@@ -30,6 +30,15 @@ if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null \
         || fail "apt-get install iproute2"
 fi
+# scripts/interop/test_bench_tools.py measures the machine with fio and iperf3, as
+# scripts/machine_limits.py does beside a benchmark.
+for tool in fio iperf3; do
+    command -v "$tool" >/dev/null 2>&1 && continue
+    [ "$(id -u)" -eq 0 ] || fail "$tool is missing; install Debian's package: sudo apt-get install $tool"
+    apt-get update -qq >/dev/null || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null \
+        || fail "apt-get install $tool"
+done
 command -v python3 >/dev/null 2>&1 || fail "python3 is missing"
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     -r scripts/requirements.txt || fail "pip install -r scripts/requirements.txt"

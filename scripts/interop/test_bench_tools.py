@@ -1,14 +1,19 @@
-"""The benchmark scripts' own logic, on inputs made up here (no broker).
+"""The benchmark scripts' own logic, with no broker.
 
 scripts/slow_requests.py must charge each task exactly the time it ran inside a slow
-request's wait, on every CPU given, and leave fast requests out.
+request's wait, on every CPU given, and leave fast requests out (inputs made up here).
+scripts/machine_limits.py must measure the disk and loopback TCP with the real tools, name
+the smaller as the limit, leave no file behind, and share a benchmark's rate against it.
 """
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "slow_requests.py"
+MACHINE_LIMITS = Path(__file__).resolve().parents[1] / "machine_limits.py"
 
 HEADER = """\
            time    cpu  task name                       wait time  sch delay   run time
@@ -63,3 +68,50 @@ def test_slow_requests_charges_each_task_its_time_inside_the_wait(tmp_path):
     assert "kdamond.0 3.0" in totals[str(cpu0)], out
     assert "shard-0-1 1.0" in totals[str(cpu0)], out
     assert "bench-core0-2 1.0" in totals[str(cpu1)], out
+
+
+def test_machine_limits_measures_the_disk_and_loopback_and_names_the_smaller(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    cpus = sorted(os.sched_getaffinity(0))
+    measured = subprocess.run(
+        [sys.executable, str(MACHINE_LIMITS), str(data), "--node-cpu", str(cpus[0]),
+         "--client-cpu", str(cpus[-1]), "--seconds", "1", "--file-size", "64m",
+         "--write-sizes", "16K", "1M", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert measured.returncode == 0, measured.stderr
+    figures = json.loads(measured.stdout)
+    # Any disk and any loopback carry more than 10 MB/s.
+    assert figures["disk_bytes_per_s"] > 10e6, figures
+    assert [run["write_size"] for run in figures["loopback"]] == [16 << 10, 1 << 20], figures
+    assert all(run["bytes_per_s"] > 10e6 for run in figures["loopback"]), figures
+    best = max(figures["loopback"], key=lambda run: run["bytes_per_s"])
+    assert figures["limit_bytes_per_s"] == min(best["bytes_per_s"], figures["disk_bytes_per_s"])
+    by_size = {16 << 10: "loopback, 16 KiB writes", 1 << 20: "loopback, 1 MiB writes"}
+    loopback_smaller = best["bytes_per_s"] < figures["disk_bytes_per_s"]
+    assert figures["limit"] == (by_size[best["write_size"]] if loopback_smaller else "the disk")
+    assert list(data.iterdir()) == [], "fio's file was left behind"
+
+    machine = tmp_path / "machine.json"
+    machine.write_text(measured.stdout)
+    summary = tmp_path / "summary.json"  # one `ringlog-bench produce --json` summary
+    summary.write_text(json.dumps(
+        {"acks": "1", "message_bytes": 100, "wire_mb_per_s": figures["limit_bytes_per_s"] / 4e6}
+    ))
+    out = subprocess.run(
+        [sys.executable, str(MACHINE_LIMITS), "--shares", str(machine), str(summary)],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert "loopback TCP: 16 KiB writes" in out and "loopback TCP: 1 MiB writes" in out, out
+    assert f"limit: {figures['limit_bytes_per_s'] / 1e9:.2f} GB/s ({figures['limit']})" in out
+    assert "acks=1, 100 B:" in out and "25 % of the limit" in out, out
+
+
+def test_machine_limits_refuses_a_size_it_cannot_read(tmp_path):
+    refused = subprocess.run(
+        [sys.executable, str(MACHINE_LIMITS), str(tmp_path), "--write-sizes", "64Q"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert refused.returncode == 2, refused
+    assert "not a size: '64Q'" in refused.stderr, refused.stderr
