@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# What replication costs, side by side in one run: one node at acks=all against the 3-node
-# loopback cluster (scripts/cluster.sh, 3 replicas per partition, min.insync.replicas=2) at
-# acks=all, by default and with replica.fsync.before.fetch, then one node at acks=1 for
-# reference; 100 B and 1 KiB messages from several producers, the disk's durable append
-# measured beside them (scripts/durable_append.py).
+# What replication costs, side by side in one run: one node against the 3-node loopback
+# cluster (scripts/cluster.sh, 3 replicas per partition, min.insync.replicas=2) at acks=all
+# (the cluster by default and with replica.fsync.before.fetch), at acks=1 and at acks=0: the
+# standard matrix of scripts/bench.sh on both; 100 B and 1 KiB messages from several
+# producers, the disk's durable append measured beside them (scripts/durable_append.py).
 #
 #   scripts/bench_replication.sh                    one round of every case
 #   ROUNDS=3 scripts/bench_replication.sh           alternating rounds (the cases in turn)
@@ -89,9 +89,11 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 l = r["latency"]
 cpu = int(sys.argv[4]) / int(sys.argv[5])
-per_million = cpu / (r["acked"] / 1e6)
+# acks=0 has nothing acknowledged: its CPU is per message sent, and it has no latency.
+per_million = cpu / ((r["acked"] or r["sent"]) / 1e6)
+latency = f"p50 {l['p50_ms']:6.3f} ms  p99 {l['p99_ms']:6.3f} ms" if r["acked"] else "no latency"
 print(f"{sys.argv[2]:<24} {sys.argv[3]:>5} B  {r['msgs_per_s'] / 1e6:7.3f} M msgs/s"
-      f"  {r['mb_per_s']:8.1f} MB/s  p50 {l['p50_ms']:6.3f} ms  p99 {l['p99_ms']:6.3f} ms"
+      f"  {r['mb_per_s']:8.1f} MB/s  {latency}"
       f"  {per_million:6.3f} CPU s/M msgs" + (f"  errors {r['errors']}" if r["errors"] else ""))
 EOF
 }
@@ -106,17 +108,19 @@ single() { # $1 case, $2 acks
     for size in 100 1024; do run "127.0.0.1:$port" "$1" "$size" "$2" 1; done
     kill "$node_pid" && wait "$node_pid" || true
     node_pid=
+    rm -rf "$dir" # gigabytes a second: the next case needs the room
 }
 
-cluster() { # $1 case, then `--set K=V` arguments for every node
-    local case=$1
-    shift
+cluster() { # $1 case, $2 acks, then `--set K=V` arguments for every node
+    local case=$1 acks=$2
+    shift 2
     CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" scripts/cluster.sh stop >/dev/null 2>&1 || true
     rm -rf "$work/cluster"
     CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" \
         scripts/cluster.sh start --nodes 3 --cores 1 "$@" >/dev/null
-    for size in 100 1024; do run 127.0.0.1:9092 "$case" "$size" -1 3; done
+    for size in 100 1024; do run 127.0.0.1:9092 "$case" "$size" "$acks" 3; done
     CLUSTER_DIR="$work/cluster" RINGLOG="$ringlog" scripts/cluster.sh stop >/dev/null
+    rm -rf "$work/cluster"
 }
 
 kafka() { # $1 case, $2 profile of scripts/peer-kafka.sh
@@ -140,11 +144,14 @@ echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $producers producers, 
 for round in $(seq 1 "$rounds"); do
     echo "## round $round; the disk: $(scripts/durable_append.py "$work/disk" --count 2000 | tail -1)"
     if wanted one-node-acks-all; then single one-node-acks-all -1; fi
-    if wanted cluster-rf3-acks-all; then cluster cluster-rf3-acks-all; fi
+    if wanted cluster-rf3-acks-all; then cluster cluster-rf3-acks-all -1; fi
     if wanted cluster-rf3-fsync-fetch; then
-        cluster cluster-rf3-fsync-fetch --set replica.fsync.before.fetch=true
+        cluster cluster-rf3-fsync-fetch -1 --set replica.fsync.before.fetch=true
     fi
     if wanted one-node-acks-1; then single one-node-acks-1 1; fi
+    if wanted cluster-rf3-acks-1; then cluster cluster-rf3-acks-1 1; fi
+    if wanted one-node-acks-0; then single one-node-acks-0 0; fi
+    if wanted cluster-rf3-acks-0; then cluster cluster-rf3-acks-0 0; fi
     if [ "${PEER:-}" = kafka ]; then
         if wanted kafka-rf3-acks-all; then kafka kafka-rf3-acks-all default; fi
         if wanted kafka-rf3-flush-acks-all; then kafka kafka-rf3-flush-acks-all flush; fi
