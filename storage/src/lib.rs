@@ -76,6 +76,7 @@ mod recovery;
 mod retention;
 mod segment;
 pub mod stage;
+mod stream_copy;
 mod time_index;
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ use crate::chunk_memory::{ChunkMemory, SharedChunk};
 use crate::io::{align_down, align_up, IoMode, BLOCK_BYTES};
 use crate::segment::Segment;
 use crate::stage::StageTarget;
+use crate::stream_copy::copy_streaming;
 
 /// Smallest chunk allocated for the write queue; chunks grow while the disk is busy.
 pub(super) const CHUNK_BYTES_MIN: usize = 64 << 10;
@@ -160,7 +161,11 @@ impl Chunk {
     fn push(&mut self, bytes: &[u8]) {
         match &mut self.buf {
             ChunkBuf::Dma(buf) => {
-                buf.as_bytes_mut()[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+                // Next read by the disk, not this core: streaming stores (crate::stream_copy).
+                copy_streaming(
+                    &mut buf.as_bytes_mut()[self.len..self.len + bytes.len()],
+                    bytes,
+                );
                 buf.set_filled(self.len + bytes.len());
             }
             ChunkBuf::Heap(buf) => buf.extend_from_slice(bytes),
