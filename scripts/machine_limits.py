@@ -61,7 +61,7 @@ def need(tool):
 
 def disk(directory, cpu, seconds, file_size):
     """Bytes a second of sequential 1 MiB O_DIRECT writes, two in flight."""
-    path = tempfile.mktemp(prefix="machine-limits-", suffix=".fio", dir=directory)
+    path = os.path.join(directory, f"machine-limits-{os.getpid()}.fio")
     try:
         out = subprocess.run(
             ["fio", "--name=seq", f"--filename={path}", f"--size={file_size}",
@@ -122,15 +122,19 @@ class Receiver:
 
 def loopback(receiver, cpu, seconds, write_size):
     """Bytes a second one TCP connection carries from CPU `cpu` to the receiver."""
-    out = subprocess.run(
+    run = subprocess.run(
         ["iperf3", "--client", "127.0.0.1", "--port", str(receiver.port),
          "--affinity", str(cpu), "--time", str(seconds), "--length", str(write_size),
          "--json"],
         capture_output=True, text=True, timeout=seconds + 60,
-    ).stdout
-    end = json.loads(out).get("end", {})
+    )
+    try:
+        answer = json.loads(run.stdout)
+    except json.JSONDecodeError:
+        sys.exit(f"machine_limits.py: iperf3 failed: {run.stderr or run.stdout}")
+    end = answer.get("end", {})
     if "sum_received" not in end:
-        sys.exit(f"machine_limits.py: iperf3 failed: {json.loads(out).get('error', out)}")
+        sys.exit(f"machine_limits.py: iperf3 failed: {answer.get('error', run.stdout)}")
     cpu_percent = end["cpu_utilization_percent"]
     return {
         "write_size": write_size,
