@@ -153,14 +153,22 @@ read_tests() { # report-dir bootstrap
 }
 
 # The machine's limit for produce over loopback, measured while no node runs: with the node
-# and the generator on CPUs of their own, and fio and iperf3 installed (Debian packages).
+# and the generator on CPUs of their own. fio and iperf3 (Debian packages) are installed when
+# missing, as root, as scripts/bench_consume.sh installs fio.
 machine_limits() { # report-dir
-    local report=$1
+    local report=$1 tool
     [ "${MACHINE_LIMITS:-1}" != 0 ] && [ ${#node_cpus[@]} -gt 0 ] || return 0
-    if ! command -v fio >/dev/null 2>&1 || ! command -v iperf3 >/dev/null 2>&1; then
-        echo "==> the machine's limits not measured: fio or iperf3 is missing (apt-get install fio iperf3)" >&2
-        return 0
-    fi
+    for tool in fio iperf3; do
+        command -v "$tool" >/dev/null 2>&1 && continue
+        if [ "$(id -u)" -eq 0 ]; then
+            apt-get update -qq >/dev/null &&
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+        fi
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            echo "==> the machine's limits not measured: $tool is missing (apt-get install $tool)" >&2
+            return 0
+        fi
+    done
     echo "==> the machine's limits: the disk and loopback TCP (scripts/machine_limits.py)" >&2
     mkdir -p "$report"
     python3 scripts/machine_limits.py "$dir" --node-cpu 0 --client-cpu "$cores" --json \
