@@ -113,11 +113,14 @@ impl SegmentFile {
         Ok(())
     }
 
-    /// Writes a whole aligned DMA buffer at an aligned position (direct mode only).
+    /// Writes a whole aligned DMA buffer at an aligned position (direct mode only). `durable`:
+    /// the write completes only once it is as durable as an fdatasync after it would make it
+    /// (`RWF_DSYNC`); a failure of that sync is the write's error.
     pub(crate) async fn write_direct(
         &self,
         buf: Arc<SharedChunk>,
         position: u64,
+        durable: bool,
     ) -> Result<(), StorageError> {
         let FileKind::Direct(file) = &self.kind else {
             return Err(StorageError::corrupt(
@@ -127,12 +130,14 @@ impl SegmentFile {
         };
         assert!(position % BLOCK_BYTES as u64 == 0 && buf.len() % BLOCK_BYTES == 0);
         #[cfg(test)]
-        self.before_write(position, buf.as_bytes())?;
+        self.before_write(position, buf.as_bytes(), durable)?;
         let wanted = buf.len();
-        let written = file
-            .write_arc_at(buf, position)
-            .await
-            .map_err(|e| StorageError::io("write", &self.path, e.into()))?;
+        let written = if durable {
+            file.write_arc_at_durable(buf, position).await
+        } else {
+            file.write_arc_at(buf, position).await
+        }
+        .map_err(|e| StorageError::io("write", &self.path, e.into()))?;
         self.check_written(written, wanted)
     }
 
@@ -145,7 +150,7 @@ impl SegmentFile {
             ));
         };
         #[cfg(test)]
-        self.before_write(position, &buf)?;
+        self.before_write(position, &buf, false)?;
         let wanted = buf.len();
         let written = file
             .write_at(buf, position)
@@ -154,15 +159,20 @@ impl SegmentFile {
         self.check_written(written, wanted)
     }
 
-    /// Tests: applies the fault plan to a write of `bytes` at `position` (see `DiskFaults`).
+    /// Tests: applies the fault plan to a write of `bytes` at `position` (see `DiskFaults`); a
+    /// durable write fails as an fdatasync would, too.
     #[cfg(test)]
-    fn before_write(&self, position: u64, bytes: &[u8]) -> Result<(), StorageError> {
-        match &self.faults {
-            Some(faults) => faults
-                .before_write(&self.path, position, bytes)
-                .map_err(|e| StorageError::io("write", &self.path, e)),
-            None => Ok(()),
-        }
+    fn before_write(&self, position: u64, bytes: &[u8], durable: bool) -> Result<(), StorageError> {
+        let Some(faults) = &self.faults else {
+            return Ok(());
+        };
+        faults
+            .before_write(&self.path, position, bytes)
+            .and_then(|()| match durable {
+                true => faults.before_sync(),
+                false => Ok(()),
+            })
+            .map_err(|e| StorageError::io("write", &self.path, e))
     }
 
     fn check_written(&self, written: usize, wanted: usize) -> Result<(), StorageError> {

@@ -1119,6 +1119,8 @@ fn cancelled_sync_does_not_stall_or_skip_later_syncs() {
             let dir = tempfile::tempdir().expect("tempdir");
             let log = open(dir.path(), config(mode)).await;
             log.append(&batch(1, 1_000), 0, 0).expect("append");
+            // Written before the sync: it needs an fdatasync round, in direct mode too.
+            log.flush().await.expect("flush");
             let syncing = glommio::spawn_local({
                 let log = log.clone();
                 async move { log.sync().await }
@@ -1646,9 +1648,63 @@ fn read_ahead_uses_at_most_half_the_cache() {
     });
 }
 
+/// In direct mode a sync writes the chunks it waits for durable (`RWF_DSYNC`) and needs no
+/// fdatasync, across a segment's roll too; bytes written before the sync still get one.
+#[test]
+fn syncs_write_direct_chunks_durable_in_place_of_fdatasyncs() {
+    for mode in modes() {
+        run(move || async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), small_segments(mode, 3)).await;
+            let direct = mode == IoMode::Direct;
+            let info = log.append(&batch(2, 1_000), 0, 0).expect("append");
+            log.sync().await.expect("sync");
+            assert!(log.synced_end_offset() > info.last_offset);
+            let writes = log.disk_writes();
+            assert_eq!(
+                (writes.durable, writes.fdatasyncs),
+                if direct { (1, 0) } else { (0, 1) },
+                "{mode:?}: {writes:?}"
+            );
+
+            // Written before the sync asks: only an fdatasync makes it durable.
+            let info = log.append(&batch(2, 1_000), 0, 0).expect("append");
+            log.flush().await.expect("flush");
+            assert!(log.synced_end_offset() <= info.last_offset);
+            log.sync().await.expect("sync");
+            assert!(log.synced_end_offset() > info.last_offset);
+            let before = log.disk_writes();
+            assert_eq!(before.fdatasyncs, if direct { 1 } else { 2 }, "{mode:?}");
+
+            // Seven batches across two rolls, then one sync: durable writes and seals only.
+            let mut last = 0;
+            for _ in 0..7 {
+                last = log
+                    .append(&batch(2, 1_000), 0, 0)
+                    .expect("append")
+                    .last_offset;
+            }
+            log.sync().await.expect("sync");
+            assert!(log.synced_end_offset() > last);
+            assert!(log.segment_base_offsets().len() >= 3, "{mode:?}: rolled");
+            let progress = log.write_progress();
+            assert_eq!(progress.ops_synced, progress.ops_enqueued, "{mode:?}");
+            let after = log.disk_writes();
+            if direct {
+                assert_eq!(after.fdatasyncs, before.fdatasyncs, "{after:?}");
+                assert_eq!(after.durable - before.durable, after.count - before.count);
+            }
+            drop(log);
+            let log = open(dir.path(), small_segments(mode, 3)).await;
+            assert_eq!(log.log_end_offset(), last + 1, "{mode:?}");
+        });
+    }
+}
+
 /// Group commit keeps its promise: waiters whose batches are written before a sync starts
-/// share its fdatasync, and a batch appended while a sync is in flight is answered only by a
-/// later one, which starts after the batch's write completed.
+/// share its fdatasync (or, in direct mode, the one durable write that carries them all), and
+/// a batch appended while a sync is in flight is answered only by a later one, which starts
+/// after the batch's write completed (or is that batch's own durable write).
 #[test]
 fn group_commit_shares_fdatasyncs_and_never_answers_with_one_begun_before_the_write() {
     for mode in modes() {
@@ -1668,10 +1724,11 @@ fn group_commit_shares_fdatasyncs_and_never_answers_with_one_begun_before_the_wr
             for waiter in waiters {
                 waiter.await;
             }
-            let shared = log.disk_writes().fdatasyncs;
+            let writes = log.disk_writes();
+            let shared = writes.fdatasyncs + writes.durable;
             assert!(
                 (1..=2).contains(&shared),
-                "{shared} fdatasyncs for 16 waiters"
+                "{mode:?}: {writes:?} for 16 waiters"
             );
 
             // A batch appended while a sync is in flight: that sync must not answer it.
@@ -1686,12 +1743,17 @@ fn group_commit_shares_fdatasyncs_and_never_answers_with_one_begun_before_the_wr
                         first_done.set(true);
                     })
                 };
-                // Until its sync is in flight; a disk that syncs faster than this loop looks
-                // leaves this round without an overlap.
-                while !log.write_progress().sync_in_flight && !first_done.get() {
+                // Until its sync is in flight (an fdatasync round, or in direct mode the
+                // durable write); a disk that syncs faster than this loop looks leaves this
+                // round without an overlap.
+                let syncing = || {
+                    let progress = log.write_progress();
+                    progress.sync_in_flight || progress.writes_in_flight > 0
+                };
+                while !syncing() && !first_done.get() {
                     glommio::timer::sleep(std::time::Duration::from_micros(20)).await;
                 }
-                let during_sync = log.write_progress().sync_in_flight;
+                let during_sync = syncing();
                 let info = log.append(&batch(1, 1_000), 0, 0).expect("append");
                 log.sync().await.expect("sync");
                 assert!(

@@ -391,17 +391,23 @@ impl State {
 
     /// Records a completed data write to `file`, then retires every written chunk at the front
     /// of the queue in order. Returns the chunk's buffer for the cache in direct mode.
+    ///
+    /// A durable write needs no fdatasync: its file is not marked dirty for it, and once every
+    /// op up to the last retired one is durable, so is every batch in them.
     fn complete_data(
         &mut self,
         info: ChunkInfo,
         file: &Rc<SegmentFile>,
     ) -> Option<Arc<SharedChunk>> {
-        if !self.dirty_files.iter().any(|f| Rc::ptr_eq(f, file)) {
+        if !info.durable && !self.dirty_files.iter().any(|f| Rc::ptr_eq(f, file)) {
             self.dirty_files.push(file.clone());
         }
         let written = self.queue.complete_data(info.op_seq);
         while let Some(chunk) = self.queue.pop_retired() {
             self.retire(&chunk);
+        }
+        if self.queue.ops_synced == self.queue.ops_done {
+            self.synced_end_offset = self.synced_end_offset.max(self.files_end_offset);
         }
         written
     }

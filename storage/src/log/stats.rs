@@ -25,6 +25,9 @@ pub struct DiskWrites {
     /// fdatasync calls of `Log::sync` that completed (each round's are shared by every waiter
     /// it covers).
     pub fdatasyncs: u64,
+    /// Of `count`, writes made durable by themselves (`RWF_DSYNC`) for a `Log::sync` waiting
+    /// on them, in place of an fdatasync.
+    pub durable: u64,
 }
 
 impl Inner {
@@ -45,10 +48,13 @@ pub struct WriteProgress {
     pub ops_enqueued: u64,
     /// Every op up to this one is done (written, or sealed).
     pub ops_done: u64,
-    /// Every op up to this one was done before an fdatasync that completed began.
+    /// Every op up to this one is durable (done before an fdatasync that completed began, or
+    /// written durable after ops that were).
     pub ops_synced: u64,
     /// An fdatasync round (`Log::sync`) is in flight.
     pub sync_in_flight: bool,
+    /// Data writes in flight.
+    pub writes_in_flight: usize,
     /// Files written since the last fdatasync round started, waiting for the next one.
     pub files_to_sync: usize,
 }
@@ -69,6 +75,7 @@ impl Log {
             ops_done: state.queue.ops_done,
             ops_synced: state.queue.ops_synced,
             sync_in_flight: state.sync_in_flight,
+            writes_in_flight: state.queue.writes_in_flight,
             files_to_sync: state.dirty_files.len(),
         }
     }

@@ -107,6 +107,8 @@ pub(super) struct Chunk {
     staged: bool,
     /// Its write completed; it leaves the queue once every op before it has.
     written: bool,
+    /// Its write was taken while a sync waited for it: it completes durable (`RWF_DSYNC`).
+    durable: bool,
     /// When it was allocated, which starts its hold (`STAGED_HOLD`).
     opened_at: Instant,
     /// The offset after the last batch whose last byte is in this chunk, or -1 if no batch
@@ -200,6 +202,8 @@ pub(super) struct ChunkInfo {
     pub(super) position: u64,
     pub(super) len: usize,
     pub(super) capacity_bytes: usize,
+    /// Written with `RWF_DSYNC` (see `Chunk::durable`).
+    pub(super) durable: bool,
 }
 
 /// The write queue of one log and its op accounting.
@@ -209,11 +213,15 @@ pub(super) struct WriteQueue {
     pub(super) ops_enqueued: u64,
     /// Every op up to this sequence number is done.
     pub(super) ops_done: u64,
-    /// Every op up to this sequence number was done before an fdatasync that completed began.
+    /// Every op up to this sequence number is durable: done before an fdatasync that completed
+    /// began, or written durable after ops that were (`Chunk::durable`).
     pub(super) ops_synced: u64,
     /// Ops up to this sequence number are waited for (a sync, a flush, a wait for room): none
     /// of them is held back to fill (`held_until`).
     write_through: u64,
+    /// Ops up to this sequence number are waited for by a sync: a direct chunk among them is
+    /// written durable, which spares the sync an fdatasync (`State::complete_data`).
+    sync_through: u64,
     /// Data writes taken by the writer and not yet complete.
     pub(super) writes_in_flight: usize,
     /// The segment whose seal is in flight: out of the queue already, beside the writes of
@@ -245,6 +253,7 @@ impl WriteQueue {
             ops_done: 0,
             ops_synced: 0,
             write_through: 0,
+            sync_through: 0,
             writes_in_flight: 0,
             sealing: None,
             pending_bytes: 0,
@@ -320,6 +329,13 @@ impl WriteQueue {
     /// Something waits for every op queued so far to be written: none of them is held.
     pub(super) fn want_written(&mut self) {
         self.write_through = self.ops_enqueued;
+    }
+
+    /// Something waits for every op queued so far to be durable: none of them is held, and
+    /// each direct chunk among them not yet taken is written durable.
+    pub(super) fn want_synced(&mut self) {
+        self.want_written();
+        self.sync_through = self.ops_enqueued;
     }
 
     /// Sequence number for the next op put in the queue (ops complete in this order).
@@ -450,6 +466,7 @@ impl WriteQueue {
                     buf: ChunkBuf::Heap(Vec::with_capacity(capacity_bytes)),
                     staged: false,
                     written: false,
+                    durable: false,
                     opened_at: Instant::now(),
                     batches_end_offset: -1,
                 }
@@ -498,6 +515,7 @@ impl WriteQueue {
                     staged: buf.is_staged(),
                     buf: ChunkBuf::Dma(buf),
                     written: false,
+                    durable: false,
                     opened_at: Instant::now(),
                     batches_end_offset: -1,
                 }
@@ -545,6 +563,8 @@ impl WriteQueue {
                 unreachable!("next_job takes a seal only from the front")
             };
             self.ops_done = op_seq;
+            // A seal adds no appended bytes: durable if everything before it is.
+            self.advance_synced(op_seq, true);
             self.sealing = Some(segment_base_offset);
             return Some(Job::Seal {
                 segment_base_offset,
@@ -556,12 +576,16 @@ impl WriteQueue {
         let WriteOp::Data(chunk) = &mut self.ops[index] else {
             unreachable!("a seal was taken above")
         };
+        // Only direct writes go out durable: a buffered one would flush the page cache by
+        // itself, as the sync round does.
+        chunk.durable = chunk.op_seq <= self.sync_through && matches!(chunk.buf, ChunkBuf::Dma(_));
         let info = ChunkInfo {
             op_seq: chunk.op_seq,
             segment_base_offset: chunk.segment_base_offset,
             position: chunk.position,
             len: chunk.len,
             capacity_bytes: chunk.capacity_bytes,
+            durable: chunk.durable,
         };
         if chunk.len * 4 < chunk.capacity_bytes {
             // Appends are not outrunning the disk: shrink future chunks.
@@ -625,6 +649,7 @@ impl WriteQueue {
             unreachable!("the front was just seen to be a data op")
         };
         self.ops_done = chunk.op_seq;
+        self.advance_synced(chunk.op_seq, chunk.durable);
         self.pending_bytes -= chunk.len - chunk.head_bytes;
         if !chunk.staged {
             self.unstaged_chunks -= 1;
@@ -656,6 +681,14 @@ impl WriteQueue {
                 .ops
                 .iter()
                 .any(|op| op.segment_base_offset() == segment_base_offset)
+    }
+
+    /// The op `op_seq` is done; if it is durable by itself and every op before it is durable,
+    /// so is it.
+    fn advance_synced(&mut self, op_seq: u64, durable: bool) {
+        if durable && self.ops_synced + 1 == op_seq {
+            self.ops_synced = op_seq;
+        }
     }
 
     /// An fdatasync that began once the first `covered` ops were done has completed.

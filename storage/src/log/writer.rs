@@ -6,9 +6,10 @@
 //! Invariants: a write is reported done to the queue only once it returned whole; a failed
 //! write or fdatasync latches the log (`Inner::latch`) and is never retried (the kernel may
 //! have dropped the dirty pages); one fdatasync round per log at a time, and it marks synced
-//! only the ops done before it began; a round cancelled mid-way hands its files back to the
-//! dirty list and frees the slot; the writer holds the log weakly, so dropping every `Log`
-//! stops it.
+//! only the ops done before it began; a durable write (`RWF_DSYNC`, for a sync waiting on
+//! it) counts as synced only once every op before it is (`WriteQueue::advance_synced`); a
+//! round cancelled mid-way hands its files back to the dirty list and frees the slot; the
+//! writer holds the log weakly, so dropping every `Log` stops it.
 
 use std::path::Path;
 use std::rc::{Rc, Weak};
@@ -95,11 +96,12 @@ impl Inner {
         Some(job)
     }
 
-    fn count_disk_write(&self, bytes: usize) {
+    fn count_disk_write(&self, bytes: usize, durable: bool) {
         let writes = self.disk_writes.get();
         self.disk_writes.set(DiskWrites {
             count: writes.count + 1,
             bytes: writes.bytes + bytes as u64,
+            durable: writes.durable + u64::from(durable),
             ..writes
         });
     }
@@ -130,7 +132,7 @@ impl Inner {
         let file = self.segment_file(chunk.segment_base_offset).await?;
         file.allocate_to(chunk.position + bytes as u64, self.allocation_step())
             .await?;
-        self.count_disk_write(bytes);
+        self.count_disk_write(bytes, chunk.durable);
         Ok(file)
     }
 
@@ -138,7 +140,8 @@ impl Inner {
         match job {
             Job::Direct { chunk, buf } => {
                 let file = self.file_for_write(&chunk, buf.len()).await?;
-                file.write_direct(buf, chunk.position).await?;
+                file.write_direct(buf, chunk.position, chunk.durable)
+                    .await?;
                 let written = self.state.borrow_mut().complete_data(chunk, &file);
                 if let Some(buf) = written {
                     self.cache.insert(
@@ -289,14 +292,16 @@ impl Drop for SyncInFlight<'_> {
 }
 
 impl Log {
-    /// Makes everything appended before the call durable (written + fdatasync). Group commit:
-    /// one fdatasync at a time per log covers every caller whose data was written before it
-    /// started; a caller whose data it did not cover waits for the next one.
+    /// Makes everything appended before the call durable. Direct chunks not yet written when
+    /// it is called are written durable (`RWF_DSYNC`) and need nothing more once every op
+    /// before them is durable. Anything else waits for a group commit: one fdatasync at a
+    /// time per log covers every caller whose data was written before it started; a caller
+    /// whose data it did not cover waits for the next one.
     pub async fn sync(&self) -> Result<(), StorageError> {
         let inner = &*self.inner;
         let target = {
             let mut state = inner.state.borrow_mut();
-            state.queue.want_written();
+            state.queue.want_synced();
             state.queue.ops_enqueued
         };
         inner.signals.writer.notify_all();

@@ -21,6 +21,8 @@ fn a_failed_fdatasync_latches_the_log() {
             log.sync().await.expect("sync");
             faults.fail_next_sync();
             log.append(&batch(1, 1_000), 0, 0).expect("append");
+            // Written before the sync: the sync is an fdatasync round, in direct mode too.
+            log.flush().await.expect("flush");
             assert!(
                 log.sync().await.is_err(),
                 "{mode:?}: the failed fdatasync is reported"
@@ -50,6 +52,29 @@ fn a_failed_fdatasync_latches_the_log() {
             );
         });
     }
+}
+
+/// A sync writes a direct chunk durable in place of an fdatasync: a failure of that write's
+/// sync latches the log as a failed fdatasync does, and nothing of it counts as durable.
+#[test]
+fn a_failed_durable_write_latches_the_log() {
+    run(|| async move {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (log, faults) = faulty_log(dir.path(), IoMode::Direct).await;
+        log.sync().await.expect("sync");
+        assert_eq!(log.disk_writes().durable, 1, "{:?}", log.disk_writes());
+        faults.fail_next_sync();
+        log.append(&batch(1, 1_000), 0, 0).expect("append");
+        assert!(log.sync().await.is_err(), "the failed sync is reported");
+        assert_eq!(faults.injected.get(), 1);
+        assert_eq!(log.disk_writes().fdatasyncs, 0, "{:?}", log.disk_writes());
+        assert!(matches!(log.sync().await, Err(StorageError::Failed { .. })));
+        assert!(matches!(
+            log.append(&batch(1, 1_000), 0, 0),
+            Err(AppendError::Storage(StorageError::Failed { .. }))
+        ));
+        assert_eq!(log.synced_end_offset(), 1, "only the first sync counts");
+    });
 }
 
 #[test]

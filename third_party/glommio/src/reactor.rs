@@ -326,6 +326,7 @@ impl Reactor {
         buf: DmaSource,
         pos: u64,
         pollable: PollableStatus,
+        durable: bool, // ringlog patch
     ) -> Source {
         let stats = StatsCollection {
             fulfilled: Some(|result, stats, op_count| {
@@ -343,7 +344,7 @@ impl Reactor {
             SourceType::Write(pollable, IoBuffer::DmaSource(buf)),
             Some(stats),
         );
-        self.sys.write_dma(&source, pos);
+        self.sys.write_dma(&source, pos, durable);
         source
     }
 

@@ -468,3 +468,51 @@ fn a_staged_chunk_waits_to_fill_until_its_hold_ends_or_a_waiter_wants_it() {
     drop(h);
     crate::stage::uninstall();
 }
+
+#[test]
+fn a_durable_write_makes_its_ops_durable_only_after_every_op_before_it_is() {
+    let mut h = Harness::new(IoMode::Direct);
+    h.append(&bytes(2 * BLOCK_BYTES, 1));
+    assert!(h.take(), "taken before any sync waits: not durable");
+    h.append(&bytes(2 * BLOCK_BYTES, 2));
+    h.queue.want_synced();
+    assert!(h.take());
+    let durable: Vec<bool> = h
+        .in_flight
+        .iter()
+        .map(|job| matches!(job, Job::Direct { chunk, .. } if chunk.durable))
+        .collect();
+    assert_eq!(durable, [false, true]);
+    h.complete(1);
+    h.complete(0);
+    assert_eq!((h.queue.ops_done, h.queue.ops_synced), (2, 0));
+    // Durable after an op that is not: still waits for an fdatasync round.
+    h.append(&bytes(100, 3));
+    h.queue.want_synced();
+    h.drain();
+    assert_eq!((h.queue.ops_done, h.queue.ops_synced), (3, 0));
+    h.queue.mark_synced(3);
+    // From a durable prefix on, a seal and a durable write each extend it.
+    h.roll(10);
+    h.append(&bytes(100, 4));
+    h.queue.want_synced();
+    assert!(h.take(), "the seal");
+    assert_eq!(h.queue.ops_synced, 4);
+    h.complete(0);
+    h.drain();
+    assert_eq!((h.queue.ops_done, h.queue.ops_synced), (5, 5));
+    // Without a sync waiting, a write is not durable.
+    h.append(&bytes(100, 5));
+    h.drain();
+    assert_eq!((h.queue.ops_done, h.queue.ops_synced), (6, 5));
+    h.check_disk();
+}
+
+#[test]
+fn buffered_writes_are_never_durable_by_themselves() {
+    let mut h = Harness::new(IoMode::Buffered);
+    h.append(&bytes(100, 1));
+    h.queue.want_synced();
+    h.drain();
+    assert_eq!((h.queue.ops_done, h.queue.ops_synced), (1, 0));
+}

@@ -60,6 +60,8 @@ enum UringOpDescriptor {
     PollRemove(*const u8),
     Cancel(u64),
     Write(*const u8, usize, u64),
+    // ringlog patch: a write that completes only once durable (`RWF_DSYNC`).
+    WriteDurable(*const u8, usize, u64),
     WriteFixed(*const u8, usize, u64, u32),
     ReadFixed(u64, usize),
     Read(u64, usize),
@@ -286,6 +288,12 @@ fn fill_sqe<F>(
             UringOpDescriptor::Write(ptr, len, pos) => {
                 let buf = std::slice::from_raw_parts(ptr, len);
                 sqe.prep_write(op.fd, buf, pos);
+            }
+            // ringlog patch
+            UringOpDescriptor::WriteDurable(ptr, len, pos) => {
+                let buf = std::slice::from_raw_parts(ptr, len);
+                sqe.prep_write(op.fd, buf, pos);
+                sqe.raw_mut().cmd_flags.rw_flags = libc::RWF_DSYNC as _;
             }
             UringOpDescriptor::Read(pos, len) => {
                 source_map.peek_source_mut(from_user_data(op.user_data), |mut x| {
@@ -1415,8 +1423,12 @@ impl Reactor {
         poll_ring.alloc_dma_buffer(size)
     }
 
-    pub(crate) fn write_dma(&self, source: &Source, pos: u64) {
+    // ringlog patch: `durable` asks for `RWF_DSYNC`, never with a registered buffer.
+    pub(crate) fn write_dma(&self, source: &Source, pos: u64, durable: bool) {
         let op = match &*source.source_type() {
+            SourceType::Write(_, IoBuffer::DmaSource(buf)) if durable => {
+                UringOpDescriptor::WriteDurable(buf.as_ptr(), buf.len(), pos)
+            }
             SourceType::Write(
                 PollableStatus::NonPollable(DirectIo::Disabled),
                 IoBuffer::DmaSource(buf),
