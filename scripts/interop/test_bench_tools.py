@@ -1,9 +1,11 @@
-"""The benchmark scripts' own logic, with no broker.
+"""The benchmark scripts' own logic.
 
 scripts/slow_requests.py must charge each task exactly the time it ran inside a slow
 request's wait, on every CPU given, and leave fast requests out (inputs made up here).
 scripts/machine_limits.py must measure the disk and loopback TCP with the real tools, name
 the smaller as the limit, leave no file behind, and share a benchmark's rate against it.
+scripts/client_cpu.py must really send its messages through librdkafka (every one stored)
+and charge the node's CPU to them.
 """
 
 import json
@@ -14,6 +16,7 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "slow_requests.py"
 MACHINE_LIMITS = Path(__file__).resolve().parents[1] / "machine_limits.py"
+CLIENT_CPU = Path(__file__).resolve().parents[1] / "client_cpu.py"
 
 HEADER = """\
            time    cpu  task name                       wait time  sch delay   run time
@@ -115,3 +118,31 @@ def test_machine_limits_refuses_a_size_it_cannot_read(tmp_path):
     )
     assert refused.returncode == 2, refused
     assert "not a size: '64Q'" in refused.stderr, refused.stderr
+
+
+def test_client_cpu_sends_every_message_and_charges_the_nodes_cpu(broker):
+    messages = 200_000
+    out = subprocess.run(
+        [sys.executable, str(CLIENT_CPU), "--bootstrap-server", broker.bootstrap,
+         "--broker-pid", str(broker.proc.pid), "--topic", "cpu", "--partitions", "3",
+         "--messages", str(messages), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["messages"], result["failed"], result["acks"]) == (messages, 0, "all")
+    assert result["broker_cpu_seconds"] > 0, result
+    assert result["broker_cpu_seconds_per_million"] == round(
+        result["broker_cpu_seconds"] / (messages / 1e6), 4)
+
+    # Stored, warm-up included: the load was real, on every partition.
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cpu-check"})
+    try:
+        ends = [consumer.get_watermark_offsets(TopicPartition("cpu", p), timeout=10)[1]
+                for p in range(3)]
+    finally:
+        consumer.close()
+    warmup = max(1000, messages // 50)
+    assert sum(ends) == messages + warmup, ends
+    assert max(ends) - min(ends) <= 2, ends  # round robin, warm-up and run each from 0
