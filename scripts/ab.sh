@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side produce runs of two broker binaries, alternating A, B, A, B, ... on fresh data
 # directories, so that the noise of a shared machine falls on both. One node at a time: the
-# node on CPU 0 (1 shard), the generator on CPU 1. Prints one line per run and writes every
-# run's JSON summary to the output folder.
+# node on CPU 0 (1 shard), the generator on CPU 1. Prints one line per run (with the node's
+# CPU-seconds per million messages, and the whole machine's) and writes every run's JSON
+# summary to the output folder.
 #
 #   scripts/ab.sh OLD_BINARY NEW_BINARY OUT_DIR PAIRS -- <ringlog-bench produce arguments>
 #
@@ -55,7 +56,8 @@ r = json.load(open(sys.argv[1])); l = r["latency"]; rt = r.get("round_trip") or 
 print(f"{sys.argv[2]:>4} {r['msgs_per_s'] / 1e6:6.2f} M msgs/s  p50 {l['p50_ms']:.3f}  "
       f"p99 {l['p99_ms']:.3f}  p99.9 {l['p999_ms']:.3f}  max {l['max_ms']:.2f} ms  "
       f"round trip p99 {rt.get('p99_ms', 0):.3f}  "
-      f"node {r['broker_cpu_s_per_million'] or 0:.3f} CPU-s/M  errors {sum(r['errors'].values())}")
+      f"node {r['broker_cpu_s_per_million'] or 0:.3f} CPU-s/M  "
+      f"machine {r.get('machine_cpu_s_per_million') or 0:.3f}  errors {sum(r['errors'].values())}")
 PY
 }
 

@@ -175,6 +175,7 @@ pub fn run(args: &E2eArgs) -> Result<Summary> {
         checksum: None,
         broker_cpu_s: None,
         broker_cpu_s_per_million: None,
+        machine_cpu_s_per_million: None,
         idempotent: plan.idempotent,
         duplicates_refused: produced.duplicates_refused,
     })

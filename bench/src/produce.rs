@@ -328,7 +328,7 @@ pub fn run(
         })?
     };
     progress.finish(printer);
-    let broker_cpu_s = broker_cpu.map(broker_cpu::Window::finish).transpose()?;
+    let cpu_used = broker_cpu.map(broker_cpu::Window::finish).transpose()?;
     let mut total = Tally::new();
     for t in tallies {
         total.merge(t);
@@ -371,7 +371,7 @@ pub fn run(
         &total,
         log_end_offset_total,
     );
-    summary.set_broker_cpu(broker_cpu_s);
+    summary.set_broker_cpu(cpu_used);
     Ok(Outcome {
         summary,
         hist: total.hist,
@@ -435,6 +435,7 @@ fn summarize(
         checksum: plan.dry_run.then_some(t.checksum),
         broker_cpu_s: None,
         broker_cpu_s_per_million: None,
+        machine_cpu_s_per_million: None,
         idempotent: plan.idempotent,
         duplicates_refused: t.duplicates_refused,
     }

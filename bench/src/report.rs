@@ -312,6 +312,10 @@ pub struct Summary {
     /// The same per million measured messages.
     #[serde(default)]
     pub broker_cpu_s_per_million: Option<f64>,
+    /// Busy CPU-seconds of the whole machine in the same window, per million measured
+    /// messages: the broker, the kernel threads that work for it and this generator.
+    #[serde(default)]
+    pub machine_cpu_s_per_million: Option<f64>,
     /// Producers were idempotent (producer ids and sequence numbers).
     #[serde(default)]
     pub idempotent: bool,
@@ -326,12 +330,15 @@ impl Summary {
         self.errors.is_empty()
     }
 
-    /// Records the broker's CPU-seconds of the measured window, and per million messages.
-    pub fn set_broker_cpu(&mut self, cpu_s: Option<f64>) {
-        self.broker_cpu_s = cpu_s;
-        self.broker_cpu_s_per_million = cpu_s
-            .filter(|_| self.measured_messages > 0)
-            .map(|cpu| cpu / (self.measured_messages as f64 / 1e6));
+    /// Records the broker's CPU-seconds of the measured window, and per million messages,
+    /// with the whole machine's.
+    pub fn set_broker_cpu(&mut self, used: Option<crate::broker_cpu::Used>) {
+        let per_million = |cpu: f64| {
+            (self.measured_messages > 0).then(|| cpu / (self.measured_messages as f64 / 1e6))
+        };
+        self.broker_cpu_s = used.map(|u| u.broker_s);
+        self.broker_cpu_s_per_million = used.and_then(|u| per_million(u.broker_s));
+        self.machine_cpu_s_per_million = used.and_then(|u| per_million(u.machine_s));
     }
 
     pub fn error_count(&self) -> u64 {
@@ -395,10 +402,17 @@ impl Summary {
             );
         }
         if let (Some(cpu), Some(per_million)) = (self.broker_cpu_s, self.broker_cpu_s_per_million) {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "broker CPU: {cpu:.2} s in the measured window, {per_million:.3} s per million messages"
             );
+            if let Some(machine) = self.machine_cpu_s_per_million {
+                let _ = write!(
+                    s,
+                    " (the whole machine, this generator included: {machine:.3})"
+                );
+            }
+            s.push('\n');
         }
         if self.idempotent {
             let _ = writeln!(
