@@ -50,8 +50,13 @@ def assignments(consumers):
 
 def settle(bootstrap, group, consumers, partitions, timeout=60):
     """Polls every consumer until the broker reports the group Stable with all of
-    them as members, and their assignments are disjoint and cover `partitions`
-    partitions; returns the assignments."""
+    them as members, each consumer holds exactly what the broker says it was
+    assigned, and the assignments are disjoint and cover `partitions` partitions;
+    returns the assignments.
+
+    The broker's view matters with cooperative-sticky: between its two rounds the
+    group is Stable, the member giving a partition up still holds it and the new
+    member holds nothing yet, which looks settled from the consumers alone."""
     client = admin(bootstrap)
 
     def settled():
@@ -61,7 +66,11 @@ def settle(bootstrap, group, consumers, partitions, timeout=60):
         described = client.describe_consumer_groups([group])[group].result(10)
         if described.state != ConsumerGroupState.STABLE or len(described.members) != len(consumers):
             return None
+        assigned = {m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+                    for m in described.members}
         current = assignments(consumers)
+        if current != [assigned.get(c.memberid()) for c in consumers]:
+            return None
         flat = [p for a in current for p in a]
         return current if sorted(flat) == list(range(partitions)) else None
     return wait_for(settled, timeout, f"{len(consumers)} members to split {partitions} partitions",
